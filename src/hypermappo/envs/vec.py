@@ -1,0 +1,138 @@
+"""The one vectorised multi-agent environment interface every backend implements.
+
+A `VecEnv` holds E environments with N agent *slots* each and speaks tensors on one device.
+Everything the trainer needs comes back from `reset()` / `step()` as an `EnvStep`.
+
+Conventions (the contract other code relies on):
+- Shapes: obs `[E, N, obs_dim]`, state `[E, state_dim]`, available actions `[E, N, A]` (bool),
+  reward `[E, N]`, done / active `[E, N]` (bool), terminated / truncated `[E]` (bool).
+- Auto-reset: an env whose episode ends in `step()` is reset inside that same call, on its own,
+  without touching the other envs. The returned `obs` / `state` / `active` /
+  `available_actions` for that env already belong to the *new* episode; the last observation and
+  state of the finished episode are in `final_obs` / `final_state` (used to bootstrap values on
+  truncation). `reward`, `done`, `terminated`, `truncated` describe the step just taken.
+- Death: an agent that dies mid-episode has `done = 1` on the step it dies (it receives that
+  step's reward), and from the next observation on it is a padded slot: zero observation,
+  `active = 0`, only action 0 ("no-op") available, reward 0, until its env resets.
+- `done[e, n]` is 1 when agent n's trajectory ended at this step: it died, or env e terminated or
+  was truncated. Values are bootstrapped from `final_obs` only for agents alive at a truncation.
+- Episode return = sum over the episode's steps of the mean over the N agent slots of their
+  rewards (dead slots count 0). `episode_return` / `episode_length` are valid where
+  `episode_done` is 1. Every backend gets this bookkeeping from `EpisodeTracker`.
+- Heterogeneous agents: observations are zero-padded at the end to the largest agent's size;
+  Discrete action spaces of different sizes are padded to the largest, and the padded actions
+  are reported unavailable in `available_actions`. Obs / action spaces are Gymnasium spaces and
+  describe one (padded) agent slot.
+- Actions passed to `step()`: Discrete -> int64 `[E, N]`; MultiDiscrete -> int64 `[E, N, k]`;
+  Box -> float32 `[E, N, d]`; MultiBinary -> float32 `[E, N, d]` of 0/1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import gymnasium as gym
+import torch
+
+
+@dataclass
+class EnvSpec:
+    """Static description of a batch of envs, the same for every env in it."""
+
+    num_agents: int
+    obs_dim: int
+    state_dim: int
+    observation_space: gym.spaces.Box  # one padded agent slot
+    action_space: gym.spaces.Space  # one agent slot (Discrete / MultiDiscrete / Box / MultiBinary)
+    has_available_actions: bool = False  # False: every action always available, field is None
+    episode_limit: int = 0  # max steps per episode (0 = unknown)
+    agent_names: list[str] = field(default_factory=list)
+    can_render: bool = False
+    can_save_state: bool = False  # True when get_state/set_state capture the envs exactly
+
+
+@dataclass
+class EnvStep:
+    """What `reset()` and `step()` return; see the module docstring for the semantics."""
+
+    obs: torch.Tensor  # [E, N, obs_dim] float32
+    state: torch.Tensor  # [E, state_dim] float32
+    active: torch.Tensor  # [E, N] bool, alive in `obs`
+    reward: torch.Tensor  # [E, N] float32, reward of the step just taken (zeros after reset)
+    done: torch.Tensor  # [E, N] bool
+    terminated: torch.Tensor  # [E] bool
+    truncated: torch.Tensor  # [E] bool
+    available_actions: torch.Tensor | None = None  # [E, N, A] bool
+    final_obs: torch.Tensor | None = None  # [E, N, obs_dim], valid where terminated|truncated
+    final_state: torch.Tensor | None = None  # [E, state_dim], same
+    final_active: torch.Tensor | None = None  # [E, N] bool: alive at the end of the episode
+    episode_done: torch.Tensor | None = None  # [E] bool (= terminated | truncated)
+    episode_return: torch.Tensor | None = None  # [E] float32, valid where episode_done
+    episode_length: torch.Tensor | None = None  # [E] int64, valid where episode_done
+    extras: dict = field(default_factory=dict)  # backend-specific per-env stats, e.g. capture rate
+
+    def to(self, device: torch.device | str) -> EnvStep:
+        kw = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kw[f.name] = v.to(device) if isinstance(v, torch.Tensor) else v
+        return EnvStep(**kw)
+
+
+class EpisodeTracker:
+    """Running per-env episode return / length, shared by all backends so the definition is one."""
+
+    def __init__(self, num_envs: int, num_agents: int, device: torch.device | str = "cpu"):
+        self.num_agents = num_agents
+        self.returns = torch.zeros(num_envs, device=device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+
+    def update(self, reward: torch.Tensor, episode_done: torch.Tensor):
+        """reward [E, N], episode_done [E] -> (finished returns [E], finished lengths [E])."""
+        self.returns += reward.sum(-1) / self.num_agents
+        self.lengths += 1
+        ret, length = self.returns.clone(), self.lengths.clone()
+        keep = (~episode_done).to(self.returns.dtype)
+        self.returns *= keep
+        self.lengths *= keep.long()
+        return ret, length
+
+    def reset_all(self):
+        self.returns.zero_()
+        self.lengths.zero_()
+
+    def state_dict(self) -> dict:
+        return {"returns": self.returns.clone(), "lengths": self.lengths.clone()}
+
+    def load_state_dict(self, sd: dict):
+        self.returns.copy_(sd["returns"])
+        self.lengths.copy_(sd["lengths"])
+
+
+class VecEnv:
+    """Base class: E envs x N agent slots. Subclasses implement `reset`, `step` (and optionally
+    `render`, `get_state` / `set_state`, `close`)."""
+
+    spec: EnvSpec
+    num_envs: int
+    device: torch.device
+
+    def reset(self, seed: int | None = None) -> EnvStep:
+        raise NotImplementedError
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        raise NotImplementedError
+
+    def render(self, env_index: int = 0):
+        """An RGB frame (H, W, 3) uint8 numpy array of env `env_index`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot render")
+
+    def get_state(self) -> dict:
+        """Everything needed to continue exactly (only when spec.can_save_state)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot save its state")
+
+    def set_state(self, state: dict) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
+
+    def close(self) -> None:
+        pass
