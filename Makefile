@@ -1,0 +1,24 @@
+# The two set-up commands: `make demo` and `make test`. Both create .venv when missing.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -q -c constraints.txt
+
+.PHONY: demo test lint clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PIP) -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) -m hypermappo.demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) runs report

@@ -1,0 +1,162 @@
+"""MAPPO (centralised critic) and IPPO (local critic): the PPO update, top to bottom.
+
+Follows the MAPPO reference implementation (Yu et al.): clipped surrogate, entropy bonus,
+value normalisation, clipped Huber value loss, advantage normalisation over *active* agents,
+separate Adam optimisers and gradient-norm clipping for actor and critic. Dead agents
+(`active = 0`) are removed from every loss term and statistic. IPPO is this same code with the
+critic's input set to the agent's local observation (see `models/critic.py`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from hypermappo.algos.value_norm import build_value_norm
+from hypermappo.storage.rollout import RolloutBuffer
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def huber(error: torch.Tensor, delta: float) -> torch.Tensor:
+    a = error.abs()
+    return torch.where(a <= delta, 0.5 * error * error, delta * (a - 0.5 * delta))
+
+
+def grad_norm(params, max_norm: float) -> torch.Tensor:
+    params = [p for p in params if p.grad is not None]
+    if not params:
+        return torch.zeros(())
+    if max_norm > 0:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+
+
+class MAPPO:
+    def __init__(self, actor: nn.Module, critic: nn.Module, cfg):
+        self.actor, self.critic, self.cfg = actor, critic, cfg
+        p = cfg.ppo
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=p.lr_actor, eps=p.adam_eps,
+                                          weight_decay=p.weight_decay)
+        self.critic_opt = torch.optim.Adam(critic.parameters(), lr=p.lr_critic, eps=p.adam_eps,
+                                           weight_decay=p.weight_decay)
+        self.value_norm = build_value_norm(p.value_norm, critic.head)
+        self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
+
+    # ------------------------------------------------------------------ returns
+
+    @torch.no_grad()
+    def compute_returns(self, buf: RolloutBuffer, last_values: torch.Tensor) -> None:
+        """GAE on unnormalised values, then update the value normaliser on the active returns."""
+        p = self.cfg.ppo
+        values = self.value_norm.denormalize(buf.values)
+        buf.compute_gae(values, self.value_norm.denormalize(last_values), p.gamma, p.gae_lambda)
+        self.value_norm.update(buf.returns[buf.active])
+        # re-express the stored predictions in the new normalised units, so value clipping
+        # compares like with like (the reference code mixes old and new statistics here)
+        buf.values.copy_(self.value_norm.normalize(values))
+
+    # ------------------------------------------------------------------ update
+
+    def set_lr_fraction(self, frac: float) -> None:
+        for opt, lr in ((self.actor_opt, self.cfg.ppo.lr_actor), (self.critic_opt, self.cfg.ppo.lr_critic)):
+            for group in opt.param_groups:
+                group["lr"] = lr * frac
+
+    def evaluate(self, batch: dict):
+        """Current policy / value on a mini-batch ([B, N, ...], or [L, B, N, ...] chunks)."""
+        seq = "actor_h0" in batch or "critic_h0" in batch
+        out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
+        values, _ = self.critic(batch["obs"], batch["state"], batch.get("critic_h0"), batch["reset"], sequence=seq)
+        return out, values
+
+    def loss(self, batch: dict, adv_mean: torch.Tensor, adv_std: torch.Tensor):
+        p = self.cfg.ppo
+        active = batch["active"]
+        out, values = self.evaluate(batch)
+        logp = out.dist.log_prob(batch["actions"])
+        entropy = masked_mean(out.dist.entropy(), active)
+
+        # clipped surrogate on advantages normalised over active agents
+        adv = batch["advantages"]
+        if p.advantage_norm:
+            adv = (adv - adv_mean) / (adv_std + 1e-5)
+        logratio = logp - batch["logp"]
+        ratio = logratio.exp()
+        pg_loss1 = ratio * adv
+        pg_loss2 = ratio.clamp(1 - p.clip, 1 + p.clip) * adv
+        policy_loss = -masked_mean(torch.min(pg_loss1, pg_loss2), active)
+
+        # value loss against normalised returns, optionally clipped around the old prediction
+        old_values = batch["values"]
+        targets = self.value_norm.normalize(batch["returns"])
+        err = targets - values
+        err_loss = huber(err, p.huber_delta) if p.huber else 0.5 * err * err
+        if p.value_clip:
+            clipped = old_values + (values - old_values).clamp(-p.clip, p.clip)
+            err_c = targets - clipped
+            err_c_loss = huber(err_c, p.huber_delta) if p.huber else 0.5 * err_c * err_c
+            err_loss = torch.max(err_loss, err_c_loss)
+        value_loss = masked_mean(err_loss, active)
+
+        aux = self.actor.aux_losses(out, batch)
+        actor_loss = policy_loss - p.entropy_coef * entropy + sum(aux.values())
+        with torch.no_grad():
+            stats = {
+                "approx_kl": masked_mean((ratio - 1) - logratio, active),
+                "clip_frac": masked_mean(((ratio - 1).abs() > p.clip).float(), active),
+                "ratio": masked_mean(ratio, active),
+            }
+        return actor_loss, value_loss, {"policy_loss": policy_loss, "value_loss": value_loss,
+                                        "entropy": entropy, **stats, **aux}
+
+    def update(self, buf: RolloutBuffer, generator: torch.Generator | None = None) -> dict[str, float]:
+        p = self.cfg.ppo
+        active_adv = buf.advantages[buf.active]
+        adv_mean = active_adv.mean() if active_adv.numel() else torch.zeros(())
+        adv_std = active_adv.std() if active_adv.numel() > 1 else torch.ones(())
+        sums: dict[str, torch.Tensor] = {}
+        n = 0
+        for _ in range(p.ppo_epoch):
+            batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator) if self.recurrent
+                       else buf.minibatches(p.num_mini_batch, generator))
+            for batch in batches:
+                actor_loss, value_loss, stats = self.loss(batch, adv_mean, adv_std)
+                self.actor_opt.zero_grad(set_to_none=True)
+                self.critic_opt.zero_grad(set_to_none=True)
+                # actor and critic share no parameters, so one backward equals the reference's two
+                (actor_loss + p.value_coef * value_loss).backward()
+                stats["grad_norm_actor"] = grad_norm(self.actor.parameters(), p.max_grad_norm)
+                stats["grad_norm_critic"] = grad_norm(self.critic.parameters(), p.max_grad_norm)
+                self.actor_opt.step()
+                self.critic_opt.step()
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + v.detach()
+                n += 1
+        metrics = {k: float(v) / n for k, v in sums.items()}
+        metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
+                                                           buf.active)
+        return metrics
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {"actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+                "value_norm": self.value_norm.state_dict() if isinstance(self.value_norm, nn.Module) else {}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.actor_opt.load_state_dict(sd["actor_opt"])
+        self.critic_opt.load_state_dict(sd["critic_opt"])
+        if sd.get("value_norm"):
+            self.value_norm.load_state_dict(sd["value_norm"])
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:
+    pred, target = pred[mask], target[mask]
+    var = target.var() if target.numel() > 1 else torch.zeros(())
+    if var <= 0:
+        return float("nan")
+    return float(1 - (target - pred).var() / var)

@@ -1,0 +1,364 @@
+"""Typed run configuration: YAML presets + `key=value` overrides, validated before a run starts.
+
+Every key is a dataclass field with a type, a default, a one-line help and (where it matters) a
+range or a set of choices. Unknown keys, wrong types and out-of-range values raise `UserError`
+naming the key and what was expected; booleans accept true/false/yes/no/1/0 and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hypermappo.errors import UserError
+from hypermappo.models.actor import ACTORS
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def opt(default: Any, help: str, *, choices: list | None = None, min: float | None = None,
+        max: float | None = None, min_exclusive: bool = False) -> Any:
+    """A config field: default, one-line help and the checks its value must pass."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class PPOConfig:
+    """PPO / MAPPO hyperparameters; defaults are the MAPPO reference code's MPE settings."""
+
+    lr_actor: float = opt(7e-4, "actor learning rate (Adam)", min=0.0, min_exclusive=True)
+    lr_critic: float = opt(7e-4, "critic learning rate (Adam)", min=0.0, min_exclusive=True)
+    adam_eps: float = opt(1e-5, "Adam epsilon", min=0.0, min_exclusive=True)
+    weight_decay: float = opt(0.0, "Adam weight decay", min=0.0)
+    ppo_epoch: int = opt(10, "passes over each rollout", min=1)
+    num_mini_batch: int = opt(1, "mini-batches per pass", min=1)
+    clip: float = opt(0.2, "PPO ratio clip epsilon (also the value clip range)", min=0.0, min_exclusive=True)
+    entropy_coef: float = opt(0.01, "entropy bonus coefficient c_H", min=0.0)
+    value_coef: float = opt(1.0, "value loss coefficient c_V", min=0.0)
+    gamma: float = opt(0.99, "discount factor", min=0.0, max=1.0)
+    gae_lambda: float = opt(0.95, "GAE lambda", min=0.0, max=1.0)
+    max_grad_norm: float = opt(10.0, "gradient-norm clip for actor and critic (0 = off)", min=0.0)
+    value_clip: bool = opt(True, "clip the value update around the old prediction")
+    huber: bool = opt(True, "Huber value loss (else squared error)")
+    huber_delta: float = opt(10.0, "Huber delta", min=0.0, min_exclusive=True)
+    value_norm: str = opt("valuenorm", "value target normalisation", choices=["none", "valuenorm", "popart"])
+    advantage_norm: bool = opt(True, "normalise advantages over active agents")
+    bootstrap_truncated: bool = opt(True, "bootstrap V(final obs) at time-limit truncation "
+                                          "(the reference code treats truncation as terminal)")
+    data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
+    lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
+
+
+@dataclass
+class ModelConfig:
+    """Actor network (and the critic's trunk unless `critic.hidden_sizes` says otherwise)."""
+
+    hidden_sizes: list[int] = opt([64, 64], "hidden layer widths")
+    activation: str = opt("relu", "hidden activation", choices=["relu", "tanh"])
+    layer_norm: bool = opt(True, "LayerNorm after each hidden layer")
+    feature_norm: bool = opt(True, "LayerNorm on the network input")
+    share_params: bool = opt(True, "one network for all agents (else separate weights, one batched call)")
+    agent_id: bool = opt(False, "append the agent's one-hot id to the actor input")
+    rnn_hidden: int = opt(64, "GRU hidden size (actor=rnn)", min=1)
+    gain: float = opt(2 ** 0.5, "orthogonal init gain of hidden layers", min=0.0)
+    policy_gain: float = opt(0.01, "orthogonal init gain of the policy head", min=0.0)
+    log_std_init: float = opt(0.0, "initial log-std of Gaussian actions")
+
+
+@dataclass
+class CriticConfig:
+    """Centralised (MAPPO) or local (IPPO) value function."""
+
+    input: str = opt("auto", "critic input: auto (mappo -> state_agent_id, ippo -> obs), obs (local), "
+                             "obs_concat (all agents' obs), state (env global state), state_agent_id "
+                             "(state + agent one-hot), state_obs_agent_id (state + own obs + one-hot)",
+                     choices=["auto", "obs", "obs_concat", "state", "state_agent_id", "state_obs_agent_id"])
+    recurrent: str = opt("auto", "GRU critic: auto follows the actor (actor=rnn)", choices=["auto", "on", "off"])
+    hidden_sizes: list[int] = opt([], "critic widths; empty = same as model.hidden_sizes")
+    share_params: str = opt("auto", "one critic for all agents: auto follows model.share_params",
+                            choices=["auto", "on", "off"])
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = opt(True, "write TensorBoard events to RUN_DIR/tb")
+    wandb: bool = opt(False, "log to Weights & Biases (needs `pip install wandb`)")
+    wandb_project: str = opt("hypermappo", "W&B project name")
+    progress: bool = opt(True, "live progress line on the terminal")
+
+
+@dataclass
+class Config:
+    """One run. `hypermappo train PRESET key=value ...` fills this from configs/PRESET.yaml."""
+
+    env: str = opt("matrix:climbing", "environment string, e.g. mpe:simple_spread, mpe2:simple_spread_v3, "
+                                      "vmas:navigation, staghunt, matrix:climbing, smax:3m")
+    env_kwargs: dict = opt({}, "keyword arguments for the environment")
+    algo: str = opt("mappo", "algorithm", choices=["mappo", "ippo"])
+    actor: str = opt("mlp", "actor architecture", choices=list(ACTORS))
+    seed: int = opt(0, "seed of every random source in the run", min=0)
+    run_dir: str = opt("", "run directory; empty = runs/<env>_<algo>_<actor>_s<seed>_<time>")
+    total_env_steps: int = opt(100_000, "environment steps to train for (summed over envs)", min=1)
+    num_envs: int = opt(128, "parallel environments E", min=1)
+    rollout_length: int = opt(25, "steps per env per update T", min=1)
+    device: str = opt("cpu", "torch device: cpu, cuda, cuda:0, ...")
+    torch_threads: int = opt(0, "torch intra-op threads (0 = number of cores, at most 4)", min=0)
+    eval_interval: int = opt(0, "evaluate every this many updates (0 = only at the end)", min=0)
+    eval_episodes: int = opt(32, "episodes per evaluation (run in parallel, deterministic actions)", min=1)
+    checkpoint_interval: int = opt(50, "checkpoint every this many updates (0 = only at the end)", min=0)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+# --------------------------------------------------------------------------- parsing / checking
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list,):
+        (arg,) = typing.get_args(tp)
+        return f"list of {_type_name(arg)}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
+    """Convert `value` to type `tp` or raise a one-line UserError naming `key`."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or (from_string and str(value).lower() in ("none", "null")):
+            return None
+        return _coerce(key, value, args[0], from_string)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        s = str(value).strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+        raise UserError(f"{key}: expected a boolean (true/false/yes/no/1/0), got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise UserError(f"{key}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            s = value.strip().replace("_", "")
+            try:
+                return int(s)
+            except ValueError:
+                try:
+                    f = float(s)
+                except ValueError:
+                    f = None
+                if f is not None and f.is_integer():
+                    return int(f)
+        raise UserError(f"{key}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool):
+            raise UserError(f"{key}: expected a number, got {value!r}")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise UserError(f"{key}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if from_string or isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise UserError(f"{key}: expected a string, got {value!r}")
+    if origin is list or tp is list:
+        (arg,) = typing.get_args(tp) or (Any,)
+        if isinstance(value, str):
+            s = value.strip()
+            if s.startswith("["):
+                value = yaml.safe_load(s)
+            else:
+                value = [v for v in s.split(",") if v.strip()] if s else []
+            from_string = True
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{key}: expected a {_type_name(tp)}, got {value!r}")
+        if arg is Any:
+            return list(value)
+        return [_coerce(f"{key}[{i}]", v, arg, from_string) for i, v in enumerate(value)]
+    if origin is dict or tp is dict:
+        if isinstance(value, str):
+            try:
+                value = yaml.safe_load(value)
+            except yaml.YAMLError:
+                raise UserError(f"{key}: expected a mapping like {{a: 1}}, got {value!r}") from None
+        if not isinstance(value, dict):
+            raise UserError(f"{key}: expected a mapping like {{a: 1}}, got {value!r}")
+        return dict(value)
+    raise TypeError(f"config type {tp} of {key} is not supported")
+
+
+def _check_range(key: str, value: Any, meta: dict) -> None:
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UserError(f"{key}: {value!r} is not one of {choices}{hint}")
+    values = value if isinstance(value, list) else [value]
+    for v in values:
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        lo, hi = meta.get("min"), meta.get("max")
+        if lo is not None and (v < lo or (meta.get("min_exclusive") and v == lo)):
+            op = ">" if meta.get("min_exclusive") else ">="
+            raise UserError(f"{key}: expected a value {op} {lo}, got {v!r}")
+        if hi is not None and v > hi:
+            raise UserError(f"{key}: expected a value <= {hi}, got {v!r}")
+
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(key: str, prefix: str, known: list[str]) -> UserError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
+    return UserError(f"unknown config key {prefix + key!r}{hint}")
+
+
+def apply_dict(obj: Any, data: dict, prefix: str = "", from_string: bool = False) -> None:
+    """Set the fields of dataclass `obj` from a (nested) dict, checking every key and value."""
+    if not isinstance(data, dict):
+        raise UserError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(type(obj))
+    fs = _fields(type(obj))
+    for key, value in data.items():
+        if key not in fs:
+            raise _unknown_key(str(key), prefix, list(fs))
+        tp = hints[key]
+        full = prefix + key
+        if dataclasses.is_dataclass(tp):
+            apply_dict(getattr(obj, key), value, full + ".", from_string)
+            continue
+        v = _coerce(full, value, tp, from_string)
+        _check_range(full, v, fs[key].metadata)
+        setattr(obj, key, v)
+
+
+def apply_override(cfg: Config, override: str) -> None:
+    """Apply one `dotted.key=value` override from the command line."""
+    if "=" not in override:
+        raise UserError(f"override {override!r}: expected key=value")
+    key, value = override.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    obj, prefix = cfg, ""
+    for part in parts[:-1]:
+        fs = _fields(type(obj))
+        if part not in fs or not dataclasses.is_dataclass(getattr(obj, part)):
+            raise _unknown_key(part, prefix, [n for n in fs if dataclasses.is_dataclass(getattr(obj, n))])
+        obj, prefix = getattr(obj, part), prefix + part + "."
+    last = parts[-1]
+    fs = _fields(type(obj))
+    if last not in fs:
+        raise _unknown_key(last, prefix, list(fs))
+    if dataclasses.is_dataclass(getattr(obj, last)):
+        raise UserError(f"{key} is a section; set its keys, e.g. {key}.{dataclasses.fields(getattr(obj, last))[0].name}=...")
+    if typing.get_type_hints(type(obj))[last] is dict and "=" in value and not value.strip().startswith("{"):
+        raise UserError(f"{key}: expected a mapping like {{a: 1}}, got {value!r}")
+    apply_dict(obj, {last: value}, prefix, from_string=True)
+
+
+def list_presets() -> list[str]:
+    return sorted(str(p.relative_to(CONFIG_DIR).with_suffix("")) for p in CONFIG_DIR.rglob("*.yaml"))
+
+
+def preset_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    path = CONFIG_DIR / f"{name}.yaml"
+    if not path.exists():
+        presets = list_presets()
+        close = difflib.get_close_matches(name, presets, n=3, cutoff=0.4)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(f"unknown preset {name!r}{hint}; see `hypermappo presets` for the list")
+    return path
+
+
+def load_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of config keys at the top level")
+    return data
+
+
+def build_config(preset: str | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
+    """Defaults <- preset YAML (or `base` dict) <- overrides, then cross-field checks."""
+    cfg = Config()
+    if base is not None:
+        apply_dict(cfg, base)
+    if preset:
+        apply_dict(cfg, load_yaml(preset_path(preset)))
+    for o in overrides:
+        apply_override(cfg, o)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Checks that involve more than one key."""
+    if cfg.algo == "ippo" and cfg.critic.input not in ("auto", "obs"):
+        raise UserError(f"critic.input: ippo uses a decentralised critic, so it must be auto or obs, "
+                        f"got {cfg.critic.input!r} (use algo=mappo for a centralised critic)")
+    if cfg.algo == "mappo" and cfg.critic.input == "obs":
+        raise UserError("critic.input: obs makes the critic decentralised; use algo=ippo for that")
+    if not cfg.model.hidden_sizes:
+        raise UserError("model.hidden_sizes: expected at least one hidden layer width")
+    if any(h < 1 for h in cfg.model.hidden_sizes + cfg.critic.hidden_sizes):
+        raise UserError(f"hidden sizes must be >= 1, got {cfg.model.hidden_sizes} / {cfg.critic.hidden_sizes}")
+    batch = cfg.num_envs * cfg.rollout_length
+    if cfg.ppo.num_mini_batch > cfg.num_envs * (1 if cfg.actor == "rnn" else cfg.rollout_length):
+        raise UserError(f"ppo.num_mini_batch: {cfg.ppo.num_mini_batch} is more than the {batch} samples per update")
+    if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
+        raise UserError(f"device: expected cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+
+
+def to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def save_yaml(cfg: Config, path: Path) -> None:
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def from_run_dir(run_dir: Path) -> Config:
+    """The effective config a run wrote to RUN_DIR/config.yaml."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise UserError(f"{run_dir}: no config.yaml here; is this a hypermappo run directory?")
+    cfg = Config()
+    apply_dict(cfg, load_yaml(path))
+    validate(cfg)
+    return cfg

@@ -1,0 +1,473 @@
+"""Stag-hunt gridworld batched in torch: hunting a stag pays more but needs several hunters at once.
+
+Rules (env string `staghunt`):
+- An S x S grid (`grid_size`, default 5) holds `n_hunters` agents (default 2), `n_stags` stags
+  (default 1) and `n_hares` hares (default 2). At reset every entity gets its own random cell.
+  Hunters may share cells with each other and with prey.
+- Actions, Discrete(5): 0 stay, 1 up (row - 1), 2 down, 3 left (column - 1), 4 right. Moves into a
+  wall leave the hunter where it was. All actions are always available; nobody dies.
+- Order within a step: hunters move; captures are checked; caught prey respawns; stags wander.
+- A stag is caught when at least `stag_min_hunters` (default 2) hunters stand *on its cell* after
+  the move (adjacency does not count). A hare is caught by one or more hunters on its cell.
+- Rewards: with `shared_reward=True` (default) every hunter gets the team reward
+  `stag_reward * stags caught + hare_reward * hares caught` (defaults 10.0 and 1.0). With
+  `shared_reward=False` each hunter standing on a caught stag gets `stag_reward` and each hunter
+  standing on a caught hare gets `hare_reward`; the others get nothing. A stag pays every hunter
+  in it 10x what a hare pays its hunter, so hunting it together is the better joint outcome.
+  Every hunter also pays `step_penalty` (default 0) each step.
+- Caught prey respawns on a uniformly random cell holding no hunter and no other prey
+  (`respawn=True`, default) or disappears (`respawn=False`; the episode then *terminates* once all
+  prey is gone). Each step every stag moves with probability `stag_move_prob` (default 0) one cell
+  in a random direction (walls block it; it ignores hunters and other prey).
+- Episodes are truncated after `episode_length` steps (default 25).
+- Observations, `observation="full"` (default): own position, one-hot own id, all hunters'
+  positions, prey positions (zero when gone), prey-present flags, elapsed fraction of the episode;
+  positions divided by S - 1. `observation="partial"`: own position, one-hot id, elapsed fraction
+  and an egocentric (2r+1)^2 window (`view_radius` r, default 2) of four channels, flattened:
+  other hunters (count), stags (count), hares (count), outside-the-grid (1).
+- Global state: all hunters' and prey positions, prey-present flags, elapsed fraction.
+- `extras["stag_captures"]`, `extras["hare_captures"]` ([E] int64) count the captures of the
+  episode that ended at this step (valid where `episode_done`).
+
+Randomness: each env e has its own counter-based random stream (a 32-bit integer hash of a per-env
+key and a per-env draw counter), keyed by `(seed, env_offset + e)` in `reset(seed)`. Auto-resets
+and respawns draw from the same streams, so runs are reproducible, and env e's trajectory does not
+depend on how many envs share its batch: env e of a batch equals a one-env batch with
+`env_offset=e` under the same seed and actions (useful to split envs across processes).
+A torch.Generator is not used because it cannot give each row of a batch its own stream.
+
+Also `StagHuntParallelEnv`: the same game as a PettingZoo ParallelEnv (one env of the batch).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pettingzoo import ParallelEnv
+
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
+from hypermappo.errors import UserError
+
+_MASK32 = 0xFFFFFFFF
+_GOLDEN32 = 0x9E3779B9
+# stay, up, down, left, right as (d_row, d_col)
+_MOVES = [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]]
+
+
+def _hash32(x: torch.Tensor | int) -> torch.Tensor | int:
+    """A 32-bit integer mixer (Wellons' hash-prospector constants, both < 2^31 so int64 products
+    never overflow). Works on Python ints and int64 tensors alike; output in [0, 2^32)."""
+    x = x & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & _MASK32
+    return x ^ (x >> 15)
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"staghunt: {name}={value!r} is invalid; expected an integer >= {minimum}")
+    return value
+
+
+def _check_float(name: str, value, lo: float = -math.inf, hi: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi or math.isnan(value):
+        raise UserError(f"staghunt: {name}={value!r} is invalid; expected a finite number in [{lo}, {hi}]")
+    if not math.isfinite(value):
+        raise UserError(f"staghunt: {name}={value!r} is invalid; expected a finite number")
+    return float(value)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"staghunt: {name}={value!r} is invalid; expected true or false")
+    return value
+
+
+class StagHuntVecEnv(VecEnv):
+    """E stag-hunt gridworlds stepped together with tensor ops (rules in the module docstring)."""
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 5, n_hunters: int = 2,
+                 n_stags: int = 1, n_hares: int = 2, stag_min_hunters: int = 2, stag_reward: float = 10.0,
+                 hare_reward: float = 1.0, shared_reward: bool = True, step_penalty: float = 0.0,
+                 respawn: bool = True, stag_move_prob: float = 0.0, episode_length: int = 25,
+                 observation: str = "full", view_radius: int = 2, env_offset: int = 0):
+        self.num_envs = _check_int("num_envs", num_envs, 1)
+        self.device = torch.device(device)
+        self.size = _check_int("grid_size", grid_size, 2)
+        self.n_hunters = _check_int("n_hunters", n_hunters, 1)
+        self.n_stags = _check_int("n_stags", n_stags, 0)
+        self.n_hares = _check_int("n_hares", n_hares, 0)
+        self.n_prey = self.n_stags + self.n_hares
+        self.n_cells = self.size * self.size
+        if self.n_prey < 1:
+            raise UserError("staghunt: n_stags=0 and n_hares=0; expected at least one stag or hare")
+        if self.n_hunters + self.n_prey > self.n_cells:
+            raise UserError(f"staghunt: n_hunters + n_stags + n_hares = {self.n_hunters + self.n_prey} entities do not "
+                            f"fit on a {self.size}x{self.size} grid; expected at most {self.n_cells}")
+        self.stag_min_hunters = _check_int("stag_min_hunters", stag_min_hunters, 1)
+        if self.n_stags > 0 and stag_min_hunters > self.n_hunters:
+            raise UserError(f"staghunt: stag_min_hunters={stag_min_hunters} can never be met; expected at most "
+                            f"n_hunters={self.n_hunters}")
+        self.stag_reward = _check_float("stag_reward", stag_reward)
+        self.hare_reward = _check_float("hare_reward", hare_reward)
+        self.shared_reward = _check_bool("shared_reward", shared_reward)
+        self.step_penalty = _check_float("step_penalty", step_penalty, 0.0)
+        self.respawn = _check_bool("respawn", respawn)
+        self.stag_move_prob = _check_float("stag_move_prob", stag_move_prob, 0.0, 1.0)
+        self.episode_length = _check_int("episode_length", episode_length, 1)
+        if observation not in ("full", "partial"):
+            raise UserError(f"staghunt: observation={observation!r} is invalid; expected 'full' or 'partial'")
+        self.observation = observation
+        self.view_radius = _check_int("view_radius", view_radius, 1)
+        self.env_offset = _check_int("env_offset", env_offset, 0)
+
+        e, h, p, dev = self.num_envs, self.n_hunters, self.n_prey, self.device
+        self._moves = torch.tensor(_MOVES, dtype=torch.long, device=dev)  # [5, 2]
+        self._is_stag = torch.arange(p, device=dev) < self.n_stags  # [P], stags first, then hares
+        self._hunters_needed = torch.where(self._is_stag, self.stag_min_hunters, 1)  # [P]
+        self._prey_value = torch.where(self._is_stag, self.stag_reward, self.hare_reward).float()  # [P]
+        self._hunter_ids = torch.eye(h, device=dev)  # [H, H] one-hot ids
+        self._pos_scale = 1.0 / (self.size - 1)
+        # per-draw offsets so one draw call yields k different numbers
+        self._draw_offsets = (torch.arange(1, self.n_cells + 1, dtype=torch.long, device=dev) * _GOLDEN32) & _MASK32
+
+        window = 2 * self.view_radius + 1
+        padded = self.size + 2 * self.view_radius
+        self._window = window
+        self._padded = padded
+        outside = torch.ones(padded, padded, device=dev)
+        outside[self.view_radius:self.view_radius + self.size, self.view_radius:self.view_radius + self.size] = 0
+        self._outside = outside.flatten()  # [Q*Q], 1 outside the grid
+        self._window_steps = torch.arange(window, device=dev)  # [W]
+
+        shared_dim = 2 * h + 3 * p + 1
+        if observation == "full":
+            obs_dim, obs_high = 2 + h + shared_dim, 1.0
+        else:
+            obs_dim, obs_high = 2 + h + 1 + 4 * window * window, float(max(1, h - 1, self.n_stags, self.n_hares))
+        self.spec = EnvSpec(
+            num_agents=h, obs_dim=obs_dim, state_dim=shared_dim,
+            observation_space=gym.spaces.Box(0.0, obs_high, (obs_dim,), np.float32),
+            action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
+            agent_names=[f"hunter_{i}" for i in range(h)], can_render=True, can_save_state=True,
+        )
+
+        self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)
+        self.prey = torch.zeros(e, p, 2, dtype=torch.long, device=dev)  # [E, P, 2], stags then hares
+        self.prey_alive = torch.ones(e, p, dtype=torch.bool, device=dev)  # [E, P]
+        self.t = torch.zeros(e, dtype=torch.long, device=dev)  # [E] steps taken in this episode
+        self.stag_captures = torch.zeros(e, dtype=torch.long, device=dev)  # [E] this episode
+        self.hare_captures = torch.zeros(e, dtype=torch.long, device=dev)  # [E] this episode
+        self.rng_key = torch.zeros(e, dtype=torch.long, device=dev)  # [E] per-env stream key
+        self.rng_counter = torch.zeros(e, dtype=torch.long, device=dev)  # [E] draws taken so far
+        self.tracker = EpisodeTracker(e, h, dev)
+        self._seeded = False
+
+    # ---------------------------------------------------------------- randomness
+    def _seed_streams(self, seed: int) -> None:
+        """Key env e's stream by (seed, env_offset + e); different seeds give unrelated streams."""
+        seed_mix = _hash32(_hash32(seed & _MASK32) ^ ((seed >> 32) & _MASK32))
+        global_index = torch.arange(self.num_envs, dtype=torch.long, device=self.device) + self.env_offset
+        self.rng_key = _hash32(seed_mix + _hash32(global_index ^ 0x27D4EB2F))
+        self.rng_counter.zero_()
+        self._seeded = True
+
+    def _draw(self, k: int, take: torch.Tensor) -> torch.Tensor:
+        """[E, k] random ints in [0, 2^32) from each env's stream; only envs where `take` [E] is
+        set advance their counter, so an env's numbers do not depend on the other envs."""
+        base = _hash32(self.rng_key ^ _hash32(self.rng_counter))  # [E]
+        self.rng_counter += take.long()
+        return _hash32(base.unsqueeze(-1) + self._draw_offsets[:k])  # [E, k]
+
+    @staticmethod
+    def _to_unit(x: torch.Tensor) -> torch.Tensor:
+        """Random 32-bit ints -> float32 uniform in [0, 1) (24 bits, exact in float32)."""
+        return (x >> 8).float() / float(1 << 24)
+
+    # ---------------------------------------------------------------- helpers
+    def _cells(self, pos: torch.Tensor) -> torch.Tensor:
+        return pos[..., 0] * self.size + pos[..., 1]
+
+    def _positions(self, cells: torch.Tensor) -> torch.Tensor:
+        return torch.stack([cells // self.size, cells % self.size], -1)
+
+    def _place_all(self, envs: torch.Tensor) -> None:
+        """Fresh episode for the envs in mask `envs` [E]: every hunter and prey on its own random cell."""
+        keys = self._draw(self.n_cells, envs)  # [E, C]
+        cells = keys.topk(self.n_hunters + self.n_prey, dim=-1).indices  # [E, H+P] distinct random cells
+        pos = self._positions(cells)  # [E, H+P, 2]
+        m = envs.view(-1, 1, 1)
+        self.hunters = torch.where(m, pos[:, :self.n_hunters], self.hunters)
+        self.prey = torch.where(m, pos[:, self.n_hunters:], self.prey)
+        self.prey_alive = self.prey_alive | envs.unsqueeze(-1)
+        self.t = torch.where(envs, 0, self.t)
+        self.stag_captures = torch.where(envs, 0, self.stag_captures)
+        self.hare_captures = torch.where(envs, 0, self.hare_captures)
+
+    def _respawn(self, caught: torch.Tensor) -> None:
+        """Move each caught prey [E, P] to a distinct random cell free of hunters and other prey."""
+        e = self.num_envs
+        needs = caught.any(-1)  # [E]
+        keys = self._draw(self.n_cells, needs)  # [E, C]
+        occupied = torch.zeros(e, self.n_cells, dtype=torch.bool, device=self.device)
+        occupied.scatter_(1, self._cells(self.hunters), True)
+        staying = self.prey_alive & ~caught  # [E, P]
+        prey_cells = torch.where(staying, self._cells(self.prey), self._cells(self.hunters[:, :1]))  # [E, P]
+        occupied.scatter_(1, prey_cells, True)  # caught prey's cells hold a hunter, already occupied
+        keys = torch.where(occupied, -1, keys)
+        # n_hunters + n_prey <= n_cells, so each env has at least as many free cells as caught prey
+        free_cells = keys.topk(self.n_prey, dim=-1).indices  # [E, P], best free cells first
+        rank = (caught.long().cumsum(-1) - 1).clamp(min=0)  # [E, P] k-th caught prey takes k-th free cell
+        new_pos = self._positions(free_cells.gather(1, rank))  # [E, P, 2]
+        self.prey = torch.where(caught.unsqueeze(-1), new_pos, self.prey)
+
+    def _move_stags(self) -> None:
+        if self.stag_move_prob <= 0 or self.n_stags == 0:
+            return
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        rand = self._draw(2 * self.n_stags, everyone)  # [E, 2S]
+        moving = self._to_unit(rand[:, :self.n_stags]) < self.stag_move_prob  # [E, S]
+        direction = 1 + (rand[:, self.n_stags:] % 4)  # [E, S] in up/down/left/right
+        step = self._moves[direction] * moving.unsqueeze(-1)  # [E, S, 2]
+        stags = (self.prey[:, :self.n_stags] + step).clamp(0, self.size - 1)
+        self.prey = torch.cat([stags, self.prey[:, self.n_stags:]], 1)
+
+    def _observe(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(obs [E, H, obs_dim], state [E, state_dim]) of the current positions."""
+        e, h = self.num_envs, self.n_hunters
+        hunters = self.hunters.float() * self._pos_scale  # [E, H, 2]
+        alive = self.prey_alive.float()  # [E, P]
+        prey = self.prey.float() * self._pos_scale * alive.unsqueeze(-1)  # [E, P, 2]
+        elapsed = (self.t.float() / self.episode_length).unsqueeze(-1)  # [E, 1]
+        state = torch.cat([hunters.flatten(1), prey.flatten(1), alive, elapsed], -1)  # [E, state_dim]
+        ids = self._hunter_ids.expand(e, h, h)
+        if self.observation == "full":
+            obs = torch.cat([hunters, ids, state.unsqueeze(1).expand(e, h, -1)], -1)
+        else:
+            obs = torch.cat([hunters, ids, elapsed.unsqueeze(1).expand(e, h, 1), self._windows()], -1)
+        return obs, state
+
+    def _windows(self) -> torch.Tensor:
+        """[E, H, 4 * W * W] egocentric windows: other hunters, stags, hares, outside-the-grid."""
+        e, h, c, q, w, r = self.num_envs, self.n_hunters, self.n_cells, self._padded, self._window, self.view_radius
+        channel = torch.where(self._is_stag, 1, 2)  # [P] stags in channel 1, hares in channel 2
+        index = torch.cat([self._cells(self.hunters), channel * c + self._cells(self.prey)], 1)  # [E, H+P]
+        weight = torch.cat([torch.ones(e, h, device=self.device), self.prey_alive.float()], 1)  # [E, H+P]
+        counts = torch.zeros(e, 3 * c, device=self.device).scatter_add_(1, index, weight)
+        grid = F.pad(counts.view(e, 3, self.size, self.size), (r, r, r, r)).flatten(2)  # [E, 3, Q*Q]
+        grid = torch.cat([grid, self._outside.expand(e, 1, q * q)], 1)  # [E, 4, Q*Q]
+        # window of a hunter at (y, x) covers padded rows y..y+2r and columns x..x+2r
+        rows = self.hunters[..., 0:1] + self._window_steps  # [E, H, W]
+        cols = self.hunters[..., 1:2] + self._window_steps  # [E, H, W]
+        flat = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(e, 1, h * w * w)  # [E, 1, H*W*W]
+        windows = grid.gather(2, flat.expand(e, 4, -1)).view(e, 4, h, w * w).transpose(1, 2)  # [E, H, 4, W*W]
+        windows = windows.clone()
+        windows[:, :, 0, (w * w) // 2] -= 1  # a hunter does not see itself in the hunter channel
+        return windows.flatten(2)
+
+    # ---------------------------------------------------------------- VecEnv API
+    def reset(self, seed: int | None = None) -> EnvStep:
+        """Start every env afresh. seed=None keeps the streams running (fresh entropy the first time)."""
+        if seed is not None:
+            self._seed_streams(int(seed))
+        elif not self._seeded:
+            self._seed_streams(int(np.random.SeedSequence().entropy) & ((1 << 63) - 1))
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._place_all(everyone)
+        self.tracker.reset_all()
+        obs, state = self._observe()
+        e, h, dev = self.num_envs, self.n_hunters, self.device
+        no = torch.zeros(e, dtype=torch.bool, device=dev)
+        zero_counts = torch.zeros(e, dtype=torch.long, device=dev)
+        return EnvStep(obs=obs, state=state, active=torch.ones(e, h, dtype=torch.bool, device=dev),
+                       reward=torch.zeros(e, h, device=dev), done=torch.zeros(e, h, dtype=torch.bool, device=dev),
+                       terminated=no, truncated=no.clone(), episode_done=no.clone(),
+                       extras={"stag_captures": zero_counts, "hare_captures": zero_counts.clone()})
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        if not self._seeded:
+            raise RuntimeError("call reset() before step()")
+        e, h, dev = self.num_envs, self.n_hunters, self.device
+        actions = actions.to(dev).long().view(e, h)
+        self.hunters = (self.hunters + self._moves[actions]).clamp(0, self.size - 1)  # [E, H, 2]
+
+        on_prey = (self.hunters.unsqueeze(2) == self.prey.unsqueeze(1)).all(-1) & self.prey_alive.unsqueeze(1)  # [E,H,P]
+        caught = self.prey_alive & (on_prey.sum(1) >= self._hunters_needed)  # [E, P]
+        if self.shared_reward:
+            team = (caught.float() * self._prey_value).sum(-1)  # [E]
+            reward = team.unsqueeze(-1).expand(e, h).clone()
+        else:
+            reward = ((on_prey & caught.unsqueeze(1)).float() * self._prey_value).sum(-1)  # [E, H]
+        if self.step_penalty:
+            reward = reward - self.step_penalty
+        self.stag_captures += caught[:, :self.n_stags].sum(-1)
+        self.hare_captures += caught[:, self.n_stags:].sum(-1)
+
+        if self.respawn:
+            if bool(caught.any()):  # skipping is exact: envs that catch nothing draw no numbers
+                self._respawn(caught)
+        else:
+            self.prey_alive = self.prey_alive & ~caught
+        self._move_stags()
+        self.t += 1
+
+        terminated = torch.zeros(e, dtype=torch.bool, device=dev) if self.respawn else ~self.prey_alive.any(-1)
+        truncated = (self.t >= self.episode_length) & ~terminated
+        ended = terminated | truncated  # [E]
+        ep_return, ep_length = self.tracker.update(reward, ended)
+        extras = {"stag_captures": self.stag_captures.clone(), "hare_captures": self.hare_captures.clone()}
+        final_obs, final_state = self._observe()
+        obs, state = final_obs, final_state
+        if bool(ended.any()):
+            self._place_all(ended)  # auto-reset only the finished envs
+            obs, state = self._observe()
+        return EnvStep(obs=obs, state=state, active=torch.ones(e, h, dtype=torch.bool, device=dev),
+                       reward=reward, done=ended.unsqueeze(-1).expand(e, h).clone(),
+                       terminated=terminated, truncated=truncated, final_obs=final_obs, final_state=final_state,
+                       final_active=torch.ones(e, h, dtype=torch.bool, device=dev), episode_done=ended,
+                       episode_return=ep_return, episode_length=ep_length, extras=extras)
+
+    _STATE_KEYS = ("hunters", "prey", "prey_alive", "t", "stag_captures", "hare_captures", "rng_key", "rng_counter")
+
+    def get_state(self) -> dict:
+        """Positions (`prey` holds stags first, then hares), counters, random streams and tracker."""
+        state = {k: getattr(self, k).clone() for k in self._STATE_KEYS}
+        state["tracker"] = self.tracker.state_dict()
+        state["seeded"] = self._seeded
+        return state
+
+    def set_state(self, state: dict) -> None:
+        for k in self._STATE_KEYS:
+            value = torch.as_tensor(state[k])
+            current = getattr(self, k)
+            if value.shape != current.shape:
+                raise UserError(f"staghunt: set_state got {k} of shape {tuple(value.shape)}; "
+                                f"expected {tuple(current.shape)}")
+            setattr(self, k, value.to(device=self.device, dtype=current.dtype).clone())
+        self.tracker.load_state_dict(state["tracker"])
+        self._seeded = bool(state.get("seeded", True))
+
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(obs, state) of the current positions, e.g. after set_state."""
+        return self._observe()
+
+    def render(self, env_index: int = 0, cell_pixels: int = 32) -> np.ndarray:
+        """[S*cell, S*cell, 3] uint8 frame of env `env_index` now (see `draw_frame`)."""
+        if not 0 <= env_index < self.num_envs:
+            raise UserError(f"staghunt: render env_index={env_index} is out of range; expected 0..{self.num_envs - 1}")
+        return self.draw_frame(self.hunters[env_index].cpu().numpy(), self.prey[env_index].cpu().numpy(),
+                               self.prey_alive[env_index].cpu().numpy(), cell_pixels)
+
+    def frame_from_state(self, state: torch.Tensor | np.ndarray, cell_pixels: int = 32) -> np.ndarray:
+        """Frame of one global-state vector [state_dim], e.g. `final_state[e]` after an auto-reset."""
+        state = np.asarray(state.cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
+        h, p = self.n_hunters, self.n_prey
+        positions = np.floor(state[:2 * (h + p)] * (self.size - 2)).astype(np.int64).reshape(h + p, 2)
+        return self.draw_frame(positions[:h], positions[h:], state[2 * (h + p):2 * (h + p) + p] > 0.5, cell_pixels)
+
+    def draw_frame(self, hunters: np.ndarray, prey: np.ndarray, alive: np.ndarray, cell_pixels: int = 32) -> np.ndarray:
+        """Grid lines, brown stags (big discs), grey hares (small discs), hunters as coloured squares
+        in different corners of their cell so that stacked hunters stay visible."""
+        c, s = cell_pixels, self.size
+        frame = np.full((s * c, s * c, 3), 235, dtype=np.uint8)
+        frame[::c, :] = 150
+        frame[:, ::c] = 150
+        frame[-1, :] = 150
+        frame[:, -1] = 150
+        yy, xx = np.mgrid[0:c, 0:c] + 0.5
+        for i in range(self.n_prey):
+            if not alive[i]:
+                continue
+            stag = i < self.n_stags
+            radius, colour = (0.42 * c, (139, 69, 19)) if stag else (0.2 * c, (120, 120, 120))
+            disc = (yy - c / 2) ** 2 + (xx - c / 2) ** 2 <= radius ** 2
+            r, col = prey[i]
+            frame[r * c:(r + 1) * c, col * c:(col + 1) * c][disc] = colour
+        palette = [(220, 40, 40), (40, 90, 220), (40, 170, 60), (230, 170, 0), (160, 60, 200), (0, 170, 170)]
+        corners = [(0.08, 0.08), (0.08, 0.54), (0.54, 0.08), (0.54, 0.54)]
+        side = max(2, int(0.38 * c))
+        for i, (r, col) in enumerate(hunters):
+            dy, dx = corners[i % 4]
+            y0, x0 = r * c + int(dy * c), col * c + int(dx * c)
+            frame[y0:y0 + side, x0:x0 + side] = palette[i % len(palette)]
+        return frame
+
+
+class StagHuntParallelEnv(ParallelEnv):
+    """The stag hunt as a PettingZoo ParallelEnv: one env of `StagHuntVecEnv`, so the rules live once."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "name": "staghunt_v0", "is_parallelizable": True}
+
+    def __init__(self, render_mode: str | None = None, **kwargs):
+        if render_mode not in (None, "rgb_array"):
+            raise UserError(f"staghunt: render_mode={render_mode!r} is not supported; expected None or 'rgb_array'")
+        self.render_mode = render_mode
+        self.vec = StagHuntVecEnv(1, "cpu", **kwargs)
+        self.possible_agents = list(self.vec.spec.agent_names)
+        self.agents: list[str] = []
+        # PettingZoo wants the very same space object on every call (so seeding a space sticks)
+        spec = self.vec.spec
+        self._observation_spaces = {a: spec.observation_space for a in self.possible_agents}
+        self._action_spaces = {a: gym.spaces.Discrete(spec.action_space.n) for a in self.possible_agents}
+        self.state_space = gym.spaces.Box(0.0, 1.0, (self.vec.spec.state_dim,), np.float32)
+        self._state = np.zeros(self.vec.spec.state_dim, np.float32)
+
+    def observation_space(self, agent: str) -> gym.spaces.Box:
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> gym.spaces.Discrete:
+        return self._action_spaces[agent]
+
+    def _split(self, obs: torch.Tensor) -> dict[str, np.ndarray]:
+        rows = obs[0].numpy()
+        return {a: rows[i].copy() for i, a in enumerate(self.possible_agents)}
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        s = self.vec.reset(seed)
+        self.agents = list(self.possible_agents)
+        self._state = s.state[0].numpy().copy()
+        return self._split(s.obs), {a: {} for a in self.agents}
+
+    def step(self, actions: dict):
+        if not self.agents:
+            return {}, {}, {}, {}, {}
+        joint = torch.tensor([[int(actions.get(a, 0)) for a in self.possible_agents]], dtype=torch.long)
+        s = self.vec.step(joint)
+        ended = bool(s.episode_done[0])
+        obs = self._split(s.final_obs if ended else s.obs)
+        self._state = (s.final_state if ended else s.state)[0].numpy().copy()
+        rewards = {a: float(s.reward[0, i]) for i, a in enumerate(self.possible_agents)}
+        terminations = dict.fromkeys(self.possible_agents, bool(s.terminated[0]))
+        truncations = dict.fromkeys(self.possible_agents, bool(s.truncated[0]))
+        info = {"stag_captures": int(s.extras["stag_captures"][0]),
+                "hare_captures": int(s.extras["hare_captures"][0])} if ended else {}
+        infos = {a: dict(info) for a in self.possible_agents}
+        if ended:
+            self.agents = []
+        return obs, rewards, terminations, truncations, infos
+
+    def state(self) -> np.ndarray:
+        return self._state.copy()
+
+    def render(self):
+        """Frame of the last observed state: at an episode's end its final state, not the auto-reset one."""
+        if self.render_mode != "rgb_array":
+            return None
+        return self.vec.frame_from_state(self._state)
+
+    def close(self):
+        pass
+
+
+def make(name: str, num_envs: int, device: torch.device, **kwargs) -> StagHuntVecEnv:
+    if name:
+        raise UserError(f"staghunt takes no variant name, got env='staghunt:{name}'; expected env='staghunt' with "
+                        f"env_kwargs such as grid_size, n_hunters, n_stags, n_hares")
+    return StagHuntVecEnv(num_envs, device, **kwargs)

@@ -1,0 +1,65 @@
+"""`hypermappo eval`: load a checkpoint, evaluate it, optionally render one episode to GIF/MP4."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from hypermappo import config as config_mod
+from hypermappo.envs.registry import make_env
+from hypermappo.errors import UserError
+from hypermappo.evaluation import evaluate_policy
+from hypermappo.models.actor import build_actor
+
+
+def load_actor(target: Path):
+    """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, actor)."""
+    from hypermappo.experiment import latest_checkpoint
+
+    if target.is_dir():
+        run_dir, ckpt = target, latest_checkpoint(target)
+    elif target.is_file():
+        run_dir, ckpt = target.parent.parent, target
+    else:
+        raise UserError(f"eval: {str(target)!r} is neither a run directory nor a checkpoint file")
+    cfg = config_mod.from_run_dir(run_dir)
+    cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
+    spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
+    actor = build_actor(cfg.actor, spec, cfg)
+    sd = torch.load(ckpt, map_location=cfg.device, weights_only=False)
+    actor.load_state_dict(sd["actor"])
+    return cfg, actor, ckpt
+
+
+def run_eval(target: Path, episodes: int, deterministic: bool, render: str | None, seed: int | None) -> dict:
+    if episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {episodes}")
+    if render and Path(render).suffix.lower() not in (".gif", ".mp4"):
+        raise UserError(f"--render {render!r}: expected a .gif or .mp4 file name")
+    cfg, actor, ckpt = load_actor(target)
+    if seed is not None:
+        cfg = dataclasses.replace(cfg, seed=seed)
+    result = evaluate_policy(cfg, actor, episodes, deterministic, torch.device(cfg.device),
+                             render_env=0 if render else None)
+    result.pop("returns", None)
+    out = {"checkpoint": str(ckpt), "env": cfg.env, "deterministic": deterministic, **result}
+    if render:
+        frames = out.pop("frames")
+        if not frames:
+            raise UserError(f"eval --render: env {cfg.env!r} produced no frames")
+        write_video(frames, Path(render))
+        out["render"] = render
+        out["frames"] = len(frames)
+    return out
+
+
+def write_video(frames: list, path: Path, fps: int = 8) -> None:
+    import imageio.v2 as imageio
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        imageio.mimsave(path, frames, duration=1000 / fps, loop=0)
+    else:
+        imageio.mimsave(path, frames, fps=fps)

@@ -1,0 +1,324 @@
+"""One training run: collect -> returns -> update -> log -> evaluate -> checkpoint, for every env.
+
+The loop is the same for all environments, algorithms and actor architectures (no per-env
+runners). A collect step is one batched forward of actor and critic for all E envs x N agents.
+Checkpoints hold everything needed to continue exactly: networks, optimisers, value
+normaliser, every RNG state, the envs' own state when the backend can save it, the last env
+step, recurrent states, counters and the logger position.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hypermappo import config as config_mod
+from hypermappo.algos.mappo import MAPPO
+from hypermappo.envs.registry import make_env
+from hypermappo.envs.vec import EnvStep
+from hypermappo.errors import UserError
+from hypermappo.evaluation import evaluate_policy
+from hypermappo.logging import RunLogger
+from hypermappo.models.actor import build_actor
+from hypermappo.models.critic import Critic
+from hypermappo.models.distributions import params_size
+from hypermappo.storage.rollout import RolloutBuffer
+
+CHECKPOINTS_KEPT = 2
+
+
+def set_threads(n: int) -> None:
+    torch.set_num_threads(n if n > 0 else max(1, min(4, os.cpu_count() or 1)))
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def default_run_dir(cfg) -> Path:
+    env = cfg.env.replace(":", "_").replace("/", "_").replace(".", "_")
+    return Path("runs") / f"{env}_{cfg.algo}_{cfg.actor}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class Experiment:
+    def __init__(self, cfg, run_dir: Path | None = None, resume: bool = False, quiet: bool = False):
+        self.cfg = cfg
+        self.quiet = quiet
+        self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
+        if not resume:
+            self._claim_run_dir()
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise UserError(f"device: {cfg.device!r} asked for, but this machine has no CUDA device")
+        set_threads(cfg.torch_threads)
+        seed_everything(cfg.seed)
+
+        self.env = make_env(cfg.env, cfg.num_envs, self.device, **cfg.env_kwargs)
+        self.spec = self.env.spec
+        self.actor = build_actor(cfg.actor, self.spec, cfg).to(self.device)
+        self.critic = Critic(self.spec, cfg).to(self.device)
+        self.algo = MAPPO(self.actor, self.critic, cfg)
+        self.algo.value_norm.to(self.device) if isinstance(self.algo.value_norm, torch.nn.Module) else None
+        T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
+        if self.algo.recurrent and T % L:
+            raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
+                            f"of it, got {L}")
+        self.batch_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        space = self.spec.action_space
+        self.action_shape = tuple(space.shape) if not hasattr(space, "n") or space.shape else ()
+        action_dtype = torch.long if space.dtype is not None and np.issubdtype(space.dtype, np.integer) else torch.float32
+        if type(space).__name__ == "MultiBinary":
+            action_dtype = torch.float32
+        n_avail = int(space.n) if self.spec.has_available_actions else 0
+        self.store_dist_params = getattr(self.actor, "needs_behaviour_params", False)
+        self.buffer = RolloutBuffer(T, cfg.num_envs, self.spec.num_agents, self.spec.obs_dim, self.spec.state_dim,
+                                    self.action_shape, action_dtype, n_avail,
+                                    params_size(space) if self.store_dist_params else 0,
+                                    self.actor.hidden_size, self.critic.hidden_size, self.device)
+        self.updates_total = max(1, math.ceil(cfg.total_env_steps / (T * cfg.num_envs)))
+        self.update = 0
+        self.env_steps = 0
+        self.wall_before = 0.0  # wall time of earlier segments of a resumed run
+        self.recent_returns: deque = deque(maxlen=100)
+        self.last: EnvStep | None = None
+        self.actor_h = self.critic_h = self.reset_mask = None
+        self.summary_extra: dict = {}
+        self.resume_rows = None
+        self.segment_start = time.perf_counter()
+        if resume:
+            self._load_checkpoint()
+        else:
+            config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
+        self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
+                                config_mod.to_dict(cfg), resume_rows=self.resume_rows)
+
+    # ------------------------------------------------------------------ run directory
+
+    def _claim_run_dir(self) -> None:
+        d = self.run_dir
+        if d.exists() and any(d.iterdir()):
+            raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
+                            f"`hypermappo resume {d}` to continue it")
+        (d / "checkpoints").mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------ collection
+
+    def _start_episodes(self) -> None:
+        self.last = self.env.reset(seed=self.cfg.seed)
+        E, N = self.cfg.num_envs, self.spec.num_agents
+        self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
+        self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size else None
+        self.critic_h = (torch.zeros(E, N, self.critic.hidden_size, device=self.device)
+                         if self.critic.hidden_size else None)
+
+    @torch.no_grad()
+    def collect(self) -> dict:
+        """Fill the rollout buffer with T steps from all envs; returns episode statistics."""
+        cfg, buf = self.cfg, self.buffer
+        gamma = cfg.ppo.gamma
+        s = self.last
+        returns, extras = [], {}
+        for t in range(cfg.rollout_length):
+            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask)
+            actions = out.dist.sample()  # [E, N, ...]
+            values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask)  # [E, N]
+            buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,
+                       reset=self.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
+                       dist_params=out.dist.params() if self.store_dist_params else None,
+                       actor_h=self.actor_h, critic_h=self.critic_h)
+            nxt = self.env.step(actions)
+            reward = nxt.reward
+            if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
+                # time limit, not a real end: bootstrap from the value of the final observation
+                v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None)
+                alive = nxt.truncated.unsqueeze(-1) & nxt.final_active
+                reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive
+            buf.insert(t, rewards=reward, dones=nxt.done)
+            if nxt.episode_done is not None and nxt.episode_done.any():
+                done_idx = nxt.episode_done
+                returns.append(nxt.episode_return[done_idx])
+                for k, v in nxt.extras.items():
+                    extras.setdefault(k, []).append(v[done_idx].float())
+            self.reset_mask = nxt.done
+            self.actor_h, self.critic_h = out.hidden, critic_h
+            s = nxt
+        self.last = s
+        last_values, _ = self.critic(s.obs, s.state, self.critic_h, self.reset_mask)
+        self.algo.compute_returns(buf, last_values)
+        self.env_steps += cfg.rollout_length * cfg.num_envs
+        stats = {}
+        if returns:
+            r = torch.cat(returns).cpu()
+            self.recent_returns.extend(r.tolist())
+            stats["episode_return_mean"] = float(r.mean())
+            stats["episodes"] = int(r.numel())
+        else:
+            stats["episode_return_mean"] = float("nan")
+            stats["episodes"] = 0
+        for k, vs in extras.items():
+            stats[k] = float(torch.cat(vs).mean())
+        return stats
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        if self.last is None:
+            self._start_episodes()
+        start = self.segment_start = time.perf_counter()
+        segment_steps0 = self.env_steps
+        eval_stats = None
+        while self.update < self.updates_total:
+            if cfg.ppo.lr_decay:
+                self.algo.set_lr_fraction(1.0 - self.update / self.updates_total)
+            t0 = time.perf_counter()
+            self.actor.eval(), self.critic.eval()
+            ep = self.collect()
+            t1 = time.perf_counter()
+            self.actor.train(), self.critic.train()
+            losses = self.algo.update(self.buffer, self.batch_generator)
+            t2 = time.perf_counter()
+            self.update += 1
+            row = {"update": self.update, "env_steps": self.env_steps, **ep,
+                   "train_sps": cfg.rollout_length * cfg.num_envs / (t2 - t0),
+                   "collect_s": t1 - t0, "update_s": t2 - t1, **losses}
+            last = self.update == self.updates_total
+            if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last:
+                eval_stats = self.evaluate()
+                row.update({"eval_return_mean": eval_stats["return_mean"],
+                            "eval_return_std": eval_stats["return_std"]})
+            self.logger.log(row)
+            self._progress(row, start, segment_steps0)
+            if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:
+                self.save_checkpoint()
+        wall = self.wall_before + time.perf_counter() - start
+        if not self.quiet and cfg.log.progress:
+            print(file=sys.stderr)
+        summary = self.write_summary(wall, eval_stats)
+        self.logger.close()
+        self.env.close()
+        return summary
+
+    def evaluate(self, episodes: int | None = None, deterministic: bool = True) -> dict:
+        return evaluate_policy(self.cfg, self.actor, episodes or self.cfg.eval_episodes, deterministic, self.device)
+
+    def _progress(self, row: dict, start: float, steps0: int) -> None:
+        if self.quiet or not self.cfg.log.progress:
+            return
+        elapsed = time.perf_counter() - start
+        sps = (self.env_steps - steps0) / max(elapsed, 1e-9)
+        total = self.updates_total * self.cfg.rollout_length * self.cfg.num_envs
+        eta = (total - self.env_steps) / max(sps, 1e-9)
+        recent = np.mean(self.recent_returns) if self.recent_returns else float("nan")
+        frac = self.env_steps / total
+        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
+        msg = (f"\r[{bar}] {self.env_steps:>10,}/{total:,} steps  {sps:7.0f} sps  return(100) {recent:8.2f}"
+               f"  ETA {eta:5.0f}s")
+        if "eval_return_mean" in row:
+            msg += f"  eval {row['eval_return_mean']:.2f}"
+        print(msg, end="", file=sys.stderr, flush=True)
+
+    def write_summary(self, wall: float, eval_stats: dict | None) -> dict:
+        summary = {
+            "algo": self.cfg.algo, "actor": self.cfg.actor, "env": self.cfg.env, "seed": self.cfg.seed,
+            "env_steps": self.env_steps, "updates": self.update, "wall_s": wall,
+            "train_sps": self.env_steps / max(wall, 1e-9),
+            "eval_return_mean": eval_stats["return_mean"] if eval_stats else None,
+            "eval_return_std": eval_stats["return_std"] if eval_stats else None,
+            "eval_episodes": eval_stats["episodes"] if eval_stats else 0,
+            "episode_return_recent": float(np.mean(self.recent_returns)) if self.recent_returns else None,
+            **self.summary_extra,
+        }
+        if eval_stats:
+            summary.update({f"eval_{k}": v for k, v in eval_stats.items() if k not in
+                            ("return_mean", "return_std", "episodes", "returns")})
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint_state(self) -> dict:
+        env_state = self.env.get_state() if self.spec.can_save_state else None
+        return {
+            "update": self.update, "env_steps": self.env_steps,
+            "wall_s": self.wall_before + time.perf_counter() - self.segment_start, "logger_rows": self.logger.rows,
+            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "algo": self.algo.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+                    "batch": self.batch_generator.get_state()},
+            "env_state": env_state,
+            "last_step": self.last if env_state is not None else None,
+            "actor_h": self.actor_h, "critic_h": self.critic_h, "reset_mask": self.reset_mask,
+            "recent_returns": list(self.recent_returns),
+        }
+
+    def save_checkpoint(self) -> Path:
+        """Write atomically (temp file + rename); older ones go only after the new one is complete."""
+        ckdir = self.run_dir / "checkpoints"
+        ckdir.mkdir(parents=True, exist_ok=True)
+        path = ckdir / f"ckpt_{self.update:07d}.pt"
+        tmp = path.with_suffix(".pt.tmp")
+        torch.save(self.checkpoint_state(), tmp)
+        os.replace(tmp, path)
+        for old in sorted(ckdir.glob("ckpt_*.pt"))[:-CHECKPOINTS_KEPT]:
+            old.unlink()
+        return path
+
+    def _load_checkpoint(self) -> None:
+        path = latest_checkpoint(self.run_dir)
+        sd = torch.load(path, map_location=self.device, weights_only=False)
+        self.actor.load_state_dict(sd["actor"])
+        self.critic.load_state_dict(sd["critic"])
+        self.algo.load_state_dict(sd["algo"])
+        self.update, self.env_steps = sd["update"], sd["env_steps"]
+        self.wall_before = sd["wall_s"]
+        self.resume_rows = sd["logger_rows"]
+        self.recent_returns.extend(sd["recent_returns"])
+        rng = sd["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+        self.batch_generator.set_state(rng["batch"].cpu())
+        if sd["env_state"] is not None:
+            self.env.set_state(sd["env_state"])
+            self.last = sd["last_step"].to(self.device)
+            self.actor_h, self.critic_h, self.reset_mask = sd["actor_h"], sd["critic_h"], sd["reset_mask"]
+        else:
+            # third-party envs cannot save their state: start fresh episodes from the saved RNG state
+            self.last = self.env.reset(seed=self.cfg.seed + self.update)
+            E, N = self.cfg.num_envs, self.spec.num_agents
+            self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
+            self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size \
+                else None
+            self.critic_h = torch.zeros(E, N, self.critic.hidden_size, device=self.device) \
+                if self.critic.hidden_size else None
+
+
+def latest_checkpoint(run_dir: Path) -> Path:
+    ckpts = sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.pt"))
+    if not ckpts:
+        raise UserError(f"{run_dir}: no checkpoint to resume from (expected checkpoints/ckpt_*.pt)")
+    return ckpts[-1]
+
+
+def train(cfg, run_dir: Path | None = None, quiet: bool = False) -> dict:
+    return Experiment(cfg, run_dir, quiet=quiet).run()
+
+
+def resume(run_dir: Path, quiet: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"resume: {str(run_dir)!r} is not a directory")
+    cfg = config_mod.from_run_dir(run_dir)
+    latest_checkpoint(run_dir)  # fail early with a clear message
+    return Experiment(cfg, run_dir, resume=True, quiet=quiet).run()

@@ -1,0 +1,54 @@
+"""The actor interface every architecture implements, and the registry that picks one by name.
+
+An actor maps a batch of agent observations `[..., N, obs_dim]` (plus available actions and, for
+recurrent actors, a hidden state and reset mask) to an action distribution over `[..., N]`.
+Adding an architecture = one module with an `Actor` subclass + one line in `ACTORS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+
+from hypermappo.models.distributions import ActionDist
+
+# name -> "module:class"; `actor=NAME` in the config picks one
+ACTORS: dict[str, str] = {
+    "mlp": "hypermappo.models.mlp:MLPActor",
+    "rnn": "hypermappo.models.mlp:RNNActor",
+}
+
+
+class ActorOut(NamedTuple):
+    dist: ActionDist
+    hidden: torch.Tensor | None  # [..., N, hidden_size] or None for feed-forward actors
+    aux: dict  # architecture-specific tensors the losses / diagnostics need (e.g. Δθ)
+
+
+class Actor(nn.Module):
+    hidden_size: int = 0  # > 0: recurrent, trained on chunks of ppo.data_chunk_length steps
+
+    def forward(self, obs: torch.Tensor, available: torch.Tensor | None = None,
+                hidden: torch.Tensor | None = None, reset: torch.Tensor | None = None,
+                sequence: bool = False) -> ActorOut:
+        """obs [..., N, obs_dim] -> distribution over [..., N]. With `sequence=True` (recurrent
+        training) obs is [L, ..., N, obs_dim], reset [L, ..., N] and hidden the state at step 0."""
+        raise NotImplementedError
+
+    def aux_losses(self, out: ActorOut, batch: dict) -> dict[str, torch.Tensor]:
+        """Extra loss terms (name -> scalar, already weighted) this architecture adds."""
+        return {}
+
+
+def build_actor(name: str, spec, cfg) -> Actor:
+    module, cls = ACTORS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(spec, cfg)
+
+
+def agent_onehot(n: int, like: torch.Tensor) -> torch.Tensor:
+    """[..., N, N] one-hot agent ids broadcast to the leading shape of `like` [..., N, d]."""
+    eye = torch.eye(n, device=like.device, dtype=like.dtype)
+    return eye.expand(*like.shape[:-2], n, n)

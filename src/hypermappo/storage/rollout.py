@@ -1,0 +1,92 @@
+"""On-policy rollout storage: tensors preallocated once as `[T, E, N, ...]` and filled in place.
+
+Holds one rollout of T steps from E envs with N agent slots, computes GAE per agent slot (an
+agent's `done` cuts its own trace, so deaths and asynchronous episode ends are handled), and
+serves mini-batches for feed-forward networks (`[B, N, ...]`, B samples of (t, env)) or
+chunks of `chunk_length` consecutive steps for recurrent ones (`[L, B, N, ...]` plus the hidden
+state at each chunk's start).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RolloutBuffer:
+    def __init__(self, T: int, E: int, N: int, obs_dim: int, state_dim: int, action_shape: tuple,
+                 action_dtype: torch.dtype, n_actions_avail: int = 0, params_dim: int = 0,
+                 actor_hidden: int = 0, critic_hidden: int = 0, device: torch.device | str = "cpu"):
+        self.T, self.E, self.N = T, E, N
+        z = dict(device=device)
+        self.obs = torch.zeros(T, E, N, obs_dim, **z)  # [T, E, N, obs_dim]
+        self.state = torch.zeros(T, E, state_dim, **z)  # [T, E, S]
+        self.available = torch.ones(T, E, N, n_actions_avail, dtype=torch.bool, **z) if n_actions_avail else None
+        self.active = torch.zeros(T, E, N, dtype=torch.bool, **z)  # alive when acting at t
+        self.reset = torch.zeros(T, E, N, dtype=torch.bool, **z)  # hidden state zeroed before step t
+        self.actions = torch.zeros(T, E, N, *action_shape, dtype=action_dtype, **z)
+        self.logp = torch.zeros(T, E, N, **z)
+        self.values = torch.zeros(T, E, N, **z)  # critic output (normalised units if value norm on)
+        self.rewards = torch.zeros(T, E, N, **z)  # incl. gamma * V(final obs) at truncation
+        self.dones = torch.zeros(T, E, N, dtype=torch.bool, **z)  # agent's trace ends after step t
+        self.dist_params = torch.zeros(T, E, N, params_dim, **z) if params_dim else None
+        self.actor_h = torch.zeros(T, E, N, actor_hidden, **z) if actor_hidden else None
+        self.critic_h = torch.zeros(T, E, N, critic_hidden, **z) if critic_hidden else None
+        self.advantages = torch.zeros(T, E, N, **z)
+        self.returns = torch.zeros(T, E, N, **z)
+
+    def insert(self, t: int, **items: torch.Tensor) -> None:
+        for name, value in items.items():
+            if value is not None:
+                getattr(self, name)[t].copy_(value)
+
+    @torch.no_grad()
+    def compute_gae(self, values: torch.Tensor, last_values: torch.Tensor, gamma: float, lam: float) -> None:
+        """values [T, E, N] and last_values [E, N] in *unnormalised* units -> advantages, returns."""
+        lastgaelam = torch.zeros_like(last_values)
+        for t in reversed(range(self.T)):
+            next_values = last_values if t == self.T - 1 else values[t + 1]
+            nextnonterminal = 1.0 - self.dones[t].float()
+            delta = self.rewards[t] + gamma * next_values * nextnonterminal - values[t]
+            lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+            self.advantages[t] = lastgaelam
+        self.returns.copy_(self.advantages + values)
+
+    def _fields(self) -> dict[str, torch.Tensor]:
+        names = ["obs", "state", "available", "active", "reset", "actions", "logp", "values", "advantages",
+                 "returns", "dist_params"]
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def minibatches(self, num_mini_batch: int, generator: torch.Generator | None = None):
+        """Feed-forward: yields dicts of [B, N, ...] tensors over shuffled (t, env) samples."""
+        flat = {k: v.flatten(0, 1) for k, v in self._fields().items()}  # [T*E, N, ...] views
+        total = self.T * self.E
+        if num_mini_batch == 1:  # order is irrelevant for a single full batch: skip the gather
+            yield flat
+            return
+        perm = torch.randperm(total, generator=generator).to(self.obs.device)
+        for idx in perm.chunk(num_mini_batch):
+            yield {k: v[idx] for k, v in flat.items()}
+
+    def chunks(self, num_mini_batch: int, chunk_length: int, generator: torch.Generator | None = None):
+        """Recurrent: yields dicts of [L, B, N, ...] chunks plus `actor_h0` / `critic_h0` [B, N, H]."""
+        L = chunk_length
+        n_chunks = self.T // L  # T % L == 0 is checked when the run is set up
+        fields = self._fields()
+
+        def to_chunks(x):  # [T, E, ...] -> [L, n_chunks * E, ...] with chunk-major batch order
+            x = x.reshape(n_chunks, L, self.E, *x.shape[2:]).transpose(0, 1)
+            return x.reshape(L, n_chunks * self.E, *x.shape[3:])
+
+        chunked = {k: to_chunks(v) for k, v in fields.items()}
+        starts = {}
+        if self.actor_h is not None:
+            starts["actor_h0"] = self.actor_h[::L].reshape(n_chunks * self.E, self.N, -1)
+        if self.critic_h is not None:
+            starts["critic_h0"] = self.critic_h[::L].reshape(n_chunks * self.E, self.N, -1)
+        total = n_chunks * self.E
+        perm = torch.randperm(total, generator=generator).to(self.obs.device) if num_mini_batch > 1 else None
+        for idx in (perm.chunk(num_mini_batch) if perm is not None else [None]):
+            if idx is None:
+                yield {**chunked, **starts}
+            else:
+                yield {**{k: v[:, idx] for k, v in chunked.items()}, **{k: v[idx] for k, v in starts.items()}}
