@@ -208,6 +208,11 @@ def test_render_only_when_asked():
     env.reset(seed=0)
     frame = env.render(1)
     assert frame.ndim == 3 and frame.shape[2] == 3 and frame.dtype == np.uint8 and frame.any()
+    workers = make_env("mpe2:simple_spread_v3", num_envs=2, render_mode="rgb_array", vectorizer="subprocess",
+                       num_workers=2)
+    workers.reset(seed=0)
+    assert np.array_equal(workers.render(1), frame)  # env 1 lives in the second worker
+    workers.close()
     plain = make_env("mpe2:simple_spread_v3", num_envs=1)
     assert not plain.spec.can_render
     with pytest.raises(UserError, match="render_mode"):
@@ -235,3 +240,12 @@ def test_bad_kwargs_and_vectorizer():
         make_env("mpe2:simple_spread_v3", num_envs=2, bogus=1, vectorizer="subprocess", num_workers=1)
     with pytest.raises(UserError, match="vectorizer"):
         make_env("mpe2:simple_spread_v3", num_envs=1, vectorizer="threads")
+
+
+def test_continuous_actions():
+    env = make_env("mpe2:simple_spread_v3", num_envs=2, continuous_actions=True, max_cycles=5)
+    assert env.spec.action_space.shape == (5,) and not env.spec.has_available_actions
+    steps = run_random(env, steps=6, seed=0)
+    assert steps[5].truncated.all() and steps[1].reward.abs().sum() > 0
+    with pytest.raises(UserError, match="action spaces differ"):  # Box spaces of different sizes: no padding
+        make_env("mpe2:simple_speaker_listener_v4", num_envs=1, continuous_actions=True)
