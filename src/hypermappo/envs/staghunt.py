@@ -42,6 +42,7 @@ Also `StagHuntParallelEnv`: the same game as a PettingZoo ParallelEnv (one env o
 from __future__ import annotations
 
 import math
+import numbers
 from typing import ClassVar
 
 import gymnasium as gym
@@ -71,16 +72,15 @@ def _hash32(x: torch.Tensor | int) -> torch.Tensor | int:
 
 
 def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise UserError(f"staghunt: {name}={value!r} is invalid; expected an integer >= {minimum}")
-    return value
+    return int(value)
 
 
 def _check_float(name: str, value, lo: float = -math.inf, hi: float = math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi or math.isnan(value):
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and lo <= value <= hi
+    if not ok:
         raise UserError(f"staghunt: {name}={value!r} is invalid; expected a finite number in [{lo}, {hi}]")
-    if not math.isfinite(value):
-        raise UserError(f"staghunt: {name}={value!r} is invalid; expected a finite number")
     return float(value)
 
 
@@ -135,8 +135,9 @@ class StagHuntVecEnv(VecEnv):
         self._prey_value = torch.where(self._is_stag, self.stag_reward, self.hare_reward).float()  # [P]
         self._hunter_ids = torch.eye(h, device=dev)  # [H, H] one-hot ids
         self._pos_scale = 1.0 / (self.size - 1)
-        # per-draw offsets so one draw call yields k different numbers
-        self._draw_offsets = (torch.arange(1, self.n_cells + 1, dtype=torch.long, device=dev) * _GOLDEN32) & _MASK32
+        # per-draw offsets so one draw call yields k different numbers (k <= n_cells or 2 * n_stags)
+        max_draw = max(self.n_cells, 2 * self.n_stags)
+        self._draw_offsets = (torch.arange(1, max_draw + 1, dtype=torch.long, device=dev) * _GOLDEN32) & _MASK32
 
         window = 2 * self.view_radius + 1
         padded = self.size + 2 * self.view_radius
@@ -268,7 +269,6 @@ class StagHuntVecEnv(VecEnv):
         cols = self.hunters[..., 1:2] + self._window_steps  # [E, H, W]
         flat = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(e, 1, h * w * w)  # [E, 1, H*W*W]
         windows = grid.gather(2, flat.expand(e, 4, -1)).view(e, 4, h, w * w).transpose(1, 2)  # [E, H, 4, W*W]
-        windows = windows.clone()
         windows[:, :, 0, (w * w) // 2] -= 1  # a hunter does not see itself in the hunter channel
         return windows.flatten(2)
 
@@ -369,7 +369,7 @@ class StagHuntVecEnv(VecEnv):
         """Frame of one global-state vector [state_dim], e.g. `final_state[e]` after an auto-reset."""
         state = np.asarray(state.cpu() if isinstance(state, torch.Tensor) else state, dtype=np.float64)
         h, p = self.n_hunters, self.n_prey
-        positions = np.floor(state[:2 * (h + p)] * (self.size - 2)).astype(np.int64).reshape(h + p, 2)
+        positions = np.rint(state[:2 * (h + p)] * (self.size - 1)).astype(np.int64).reshape(h + p, 2)
         return self.draw_frame(positions[:h], positions[h:], state[2 * (h + p):2 * (h + p) + p] > 0.5, cell_pixels)
 
     def draw_frame(self, hunters: np.ndarray, prey: np.ndarray, alive: np.ndarray, cell_pixels: int = 32) -> np.ndarray:
