@@ -92,6 +92,48 @@ class CriticConfig:
 
 
 @dataclass
+class HyperConfig:
+    """Hyper-MAPPO (actor=hyper): actor weights theta = theta_base + delta(context) from a hypernetwork."""
+
+    context: list[str] = opt(["agent_id"], "hypernetwork inputs, any of: agent_id, obs, history")
+    id_encoding: str = opt("onehot", "agent identity as one-hot or a learned embedding",
+                           choices=["onehot", "embedding"])
+    id_embed_dim: int = opt(16, "agent-id embedding size (id_encoding=embedding)", min=1)
+    obs_aggregation: str = opt("attention", "how all agents' encoded observations are combined: attention "
+                                            "(own encoding queries all), mean (mean-pooled + own), own",
+                               choices=["attention", "mean", "own"])
+    obs_embed_dim: int = opt(64, "observation encoder width", min=1)
+    attention_heads: int = opt(4, "attention heads (obs_embed_dim must be divisible by it)", min=1)
+    history_hidden: int = opt(64, "GRU size of the history context (over the agent's observations)", min=1)
+    hidden: int = opt(64, "hypernetwork hidden width", min=1)
+    layers: str = opt("all", "which actor layers are generated: all, last (policy head only), hidden",
+                      choices=["all", "last", "hidden"])
+    hidden_scale: bool = opt(False, "with layers=last: a generated per-unit scale on the shared hidden layers")
+    output: str = opt("increment", "increment (theta_base + delta) or full (generated weights, no base)",
+                      choices=["increment", "full"])
+    rank: int = opt(0, "low-rank generation delta = U V with this rank (0 = full matrices)", min=0)
+    lr: float = opt(1e-4, "hypernetwork learning rate", min=0.0, min_exclusive=True)
+    alpha: float = opt(0.0, "smoothness weight: ||delta_t - delta_{t-1}||^2 (+ target term); suggested 0.1", min=0.0)
+    beta: float = opt(0.0, "alignment weight: KL(pi_old || pi_new) on stored behaviour params, any actor; "
+                           "suggested 0.05",
+                      min=0.0)
+    target: str = opt("none", "target hypernetwork for the smoothness term: none, hard (copy every "
+                              "target_interval updates), polyak (tau each update)", choices=["none", "hard", "polyak"])
+    target_interval: int = opt(10, "K: updates between hard target syncs", min=1)
+    target_tau: float = opt(0.01, "Polyak rate of the target hypernetwork", min=0.0, max=1.0)
+
+
+@dataclass
+class DiagnosticsConfig:
+    """Non-stationarity diagnostics and the live-component audit (for every actor, not only hyper)."""
+
+    every: int = opt(1, "compute per-agent KL, gradient cosine and SND every this many updates (0 = off)", min=0)
+    grad_cos_samples: int = opt(2048, "samples used for the inter-agent gradient cosine", min=1)
+    snd_pool: int = opt(256, "fixed observation pool size for System Neural Diversity", min=1)
+    audit_updates: int = opt(3, "run the live-component audit after this many updates (0 = off)", min=0)
+
+
+@dataclass
 class LogConfig:
     tensorboard: bool = opt(True, "write TensorBoard events to RUN_DIR/tb")
     wandb: bool = opt(False, "log to Weights & Biases (needs `pip install wandb`)")
@@ -116,11 +158,14 @@ class Config:
     device: str = opt("cpu", "torch device: cpu, cuda, cuda:0, ...")
     torch_threads: int = opt(0, "torch intra-op threads (0 = number of cores, at most 4)", min=0)
     eval_interval: int = opt(0, "evaluate every this many updates (0 = only at the end)", min=0)
+    eval_at_steps: list[int] = opt([], "also evaluate at the first update reaching each of these env steps")
     eval_episodes: int = opt(32, "episodes per evaluation (run in parallel, deterministic actions)", min=1)
     checkpoint_interval: int = opt(50, "checkpoint every this many updates (0 = only at the end)", min=0)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
+    hyper: HyperConfig = field(default_factory=HyperConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
 
@@ -341,6 +386,24 @@ def validate(cfg: Config) -> None:
     batch = cfg.num_envs * cfg.rollout_length
     if cfg.ppo.num_mini_batch > cfg.num_envs * (1 if cfg.actor == "rnn" else cfg.rollout_length):
         raise UserError(f"ppo.num_mini_batch: {cfg.ppo.num_mini_batch} is more than the {batch} samples per update")
+    h = cfg.hyper
+    bad = [c for c in h.context if c not in ("agent_id", "obs", "history")]
+    if bad or not h.context or len(set(h.context)) != len(h.context):
+        raise UserError(f"hyper.context: expected a non-empty list from agent_id, obs, history, got {h.context}")
+    if cfg.actor == "hyper" and "obs" in h.context and h.obs_aggregation == "attention" \
+            and h.obs_embed_dim % h.attention_heads:
+        raise UserError(f"hyper.attention_heads: obs_embed_dim ({h.obs_embed_dim}) must be divisible by it, "
+                        f"got {h.attention_heads}")
+    if cfg.actor == "hyper" and h.alpha > 0 and h.context == ["agent_id"] and h.target == "none":
+        raise UserError("hyper.alpha: with context [agent_id] delta does not change between steps, so the "
+                        "smoothness term would be 0; add obs/history to hyper.context or set hyper.target")
+    if cfg.actor == "hyper" and h.hidden_scale and h.layers != "last":
+        raise UserError(f"hyper.hidden_scale: only meaningful with hyper.layers=last, got layers={h.layers!r}")
+    if cfg.actor != "hyper" and h.alpha > 0:
+        raise UserError(f"hyper.alpha: the smoothness term needs a hypernetwork (actor=hyper), got actor={cfg.actor!r}")
+    if h.output == "full" and h.rank:
+        raise UserError(f"hyper.rank: low-rank generation makes increments; with hyper.output=full use rank=0, "
+                        f"got {h.rank}")
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
         raise UserError(f"device: expected cpu, cuda, cuda:N or mps, got {cfg.device!r}")
 

@@ -81,11 +81,13 @@ class Experiment:
         if type(space).__name__ == "MultiBinary":
             action_dtype = torch.float32
         n_avail = int(space.n) if self.spec.has_available_actions else 0
-        self.store_dist_params = getattr(self.actor, "needs_behaviour_params", False)
+        self.store_dist_params = True  # KL alignment and per-agent KL diagnostics need the behaviour policy
+        self.store_prev_obs = getattr(self.actor, "needs_prev_obs", False)
         self.buffer = RolloutBuffer(T, cfg.num_envs, self.spec.num_agents, self.spec.obs_dim, self.spec.state_dim,
                                     self.action_shape, action_dtype, n_avail,
                                     params_size(space) if self.store_dist_params else 0,
-                                    self.actor.hidden_size, self.critic.hidden_size, self.device)
+                                    self.actor.hidden_size, self.critic.hidden_size, self.device,
+                                    store_prev_obs=self.store_prev_obs)
         self.updates_total = max(1, math.ceil(cfg.total_env_steps / (T * cfg.num_envs)))
         self.update = 0
         self.env_steps = 0
@@ -118,6 +120,7 @@ class Experiment:
         self.last = self.env.reset(seed=self.cfg.seed)
         E, N = self.cfg.num_envs, self.spec.num_agents
         self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
+        self.prev_obs = torch.zeros_like(self.last.obs)
         self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size else None
         self.critic_h = (torch.zeros(E, N, self.critic.hidden_size, device=self.device)
                          if self.critic.hidden_size else None)
@@ -136,7 +139,9 @@ class Experiment:
             buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,
                        reset=self.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
                        dist_params=out.dist.params() if self.store_dist_params else None,
-                       actor_h=self.actor_h, critic_h=self.critic_h)
+                       actor_h=self.actor_h, critic_h=self.critic_h,
+                       prev_obs=self.prev_obs if self.store_prev_obs else None)
+            self.prev_obs = s.obs
             nxt = self.env.step(actions)
             reward = nxt.reward
             if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
@@ -194,7 +199,9 @@ class Experiment:
                    "train_sps": cfg.rollout_length * cfg.num_envs / (t2 - t0),
                    "collect_s": t1 - t0, "update_s": t2 - t1, **losses}
             last = self.update == self.updates_total
-            if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last:
+            steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
+            milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
+            if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last or milestone:
                 eval_stats = self.evaluate()
                 row.update({"eval_return_mean": eval_stats["return_mean"],
                             "eval_return_std": eval_stats["return_std"]})
@@ -268,7 +275,10 @@ class Experiment:
         ckdir.mkdir(parents=True, exist_ok=True)
         path = ckdir / f"ckpt_{self.update:07d}.pt"
         tmp = path.with_suffix(".pt.tmp")
-        torch.save(self.checkpoint_state(), tmp)
+        with open(tmp, "wb") as f:
+            torch.save(self.checkpoint_state(), f)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the latest checkpoint
         os.replace(tmp, path)
         for old in sorted(ckdir.glob("ckpt_*.pt"))[:-CHECKPOINTS_KEPT]:
             old.unlink()
