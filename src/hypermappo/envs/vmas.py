@@ -79,15 +79,16 @@ class VmasVecEnv(VecEnv):
                 terminated_truncated=True, **scenario_kwargs,
             )
         for w in caught:
-            if "passed but not used by the scenario" in str(w.message):
-                raise UserError(f"env_kwargs: vmas:{name} does not use {sorted(scenario_kwargs)}; "
-                                f"adapter kwargs are continuous_actions, multidiscrete_actions, max_steps, seed, "
-                                f"clamp_actions")
+            message = str(w.message)
+            if "passed but not used by the scenario" in message:
+                raise UserError(f"env_kwargs: vmas:{name}: {message.split(' This will')[0]} (our own kwargs: "
+                                f"continuous_actions, multidiscrete_actions, max_steps, seed, clamp_actions)")
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         agents = self.env.agents
         self.n = len(agents)
 
-        obs_list = [_flatten_obs(o) for o in self.env.reset(seed=seed)]
+        obs_list = [_flatten_obs(o) for o in self.env.get_from_scenario(
+            get_observations=True, get_rewards=False, get_infos=False, get_dones=False)[0]]
         self.obs_dims = [o.shape[-1] for o in obs_list]
         self.obs_dim = max(self.obs_dims)
         self.homogeneous_obs = len(set(self.obs_dims)) == 1
