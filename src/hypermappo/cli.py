@@ -1,4 +1,4 @@
-"""The `hypermappo` command line: train, resume, eval, presets, config (and more as they land).
+"""The `hypermappo` command line: train, resume, eval, sweep, compare, presets, config.
 
 User mistakes (unknown preset or key, bad value, missing checkpoint) print one line and exit 2.
 """
@@ -23,6 +23,24 @@ EXAMPLES = {
   hypermappo eval runs/x --episodes 100
   hypermappo eval runs/x/checkpoints/ckpt_0000100.pt --stochastic
   hypermappo eval runs/x --render episode.gif""",
+    "sweep": """grid syntax (one argument per key):
+  key=v1,v2         one run per value (commas inside [...], {...} or quotes do not split)
+  key=a..b          the integers a..b inclusive, e.g. seed=1..5 (mixes with commas: seed=1..3,10)
+  key=[64,64]       one list value; key=[64,64],[128,128] is a grid over two list values
+  key=v             the same override for every run
+quote arguments holding [ ] { } for the shell: 'model.hidden_sizes=[64,64],[128,128]'.
+runs go to OUT/<varied keys>, e.g. OUT/algo=ippo,seed=3; re-running a sweep skips finished runs and
+resumes interrupted ones.
+
+examples:
+  hypermappo sweep staghunt/default algo=mappo,ippo seed=1..5 --workers 2
+  hypermappo sweep mpe/simple_spread 'model.hidden_sizes=[64,64],[128,128]' seed=1..3 --out runs/sweep_width
+  hypermappo sweep matrix/climbing actor=mlp,rnn seed=1..10 --ray             # Ray on this machine
+  hypermappo sweep matrix/climbing actor=mlp,rnn seed=1..10 --ray-address ray://head:10001""",
+    "compare": """examples:
+  hypermappo compare runs/sweep_staghunt_default                 # a sweep directory: all its runs
+  hypermappo compare runs/a_s1 runs/a_s2 runs/b_s1 runs/b_s2 --group-by algo,actor --out report/
+  hypermappo compare runs/sweep_width --group-by model.hidden_sizes --metric episode_return_mean""",
     "presets": "examples:\n  hypermappo presets",
     "config": """examples:
   hypermappo config mpe/simple_spread algo=ippo      # print the effective config
@@ -54,6 +72,22 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     e.add_argument("--render", metavar="OUT", help="write one rendered episode to OUT (.gif or .mp4)")
     e.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's seed)")
+
+    s = add("sweep", "train every point of a grid of overrides, in parallel; skips finished runs")
+    s.add_argument("preset", help="preset name under configs/ or a YAML path")
+    s.add_argument("grid", nargs="*", metavar="key=VALUES", help="grid axes and fixed overrides (syntax below)")
+    s.add_argument("--out", type=Path, help="sweep directory (default: runs/sweep_<preset>)")
+    s.add_argument("--workers", type=int, help="runs at a time (default: CPU count); with --ray: Ray's CPUs")
+    s.add_argument("--ray", action="store_true", help="run the grid as Ray tasks on a Ray instance started here")
+    s.add_argument("--ray-address", metavar="ADDR", help="run the grid as Ray tasks on the Ray cluster at ADDR")
+    s.add_argument("--dry-run", action="store_true", help="list the runs and their state, run nothing")
+
+    m = add("compare", "learning curves and a final-performance table of runs grouped by variant")
+    m.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories or sweep directories")
+    m.add_argument("--group-by", metavar="KEYS", help="comma-separated config keys defining a variant "
+                                                      "(default: the keys that differ between runs, except seed)")
+    m.add_argument("--out", type=Path, default=Path("report"), help="output directory (default: report/)")
+    m.add_argument("--metric", default="eval_return_mean", help="final-score column of metrics.csv")
 
     add("presets", "list the presets under configs/")
     c = add("config", "print the effective config of a preset + overrides, or every key")
@@ -99,6 +133,22 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from hypermappo.sweep import sweep
+
+    return sweep(args.preset, args.grid, args.out, args.workers, args.ray, args.ray_address, args.dry_run)
+
+
+def cmd_compare(args) -> int:
+    from hypermappo.report.compare import compare
+
+    group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
+    result = compare(args.runs, args.out, group_by, args.metric)
+    print((args.out / "final.md").read_text(), end="")
+    print("wrote " + ", ".join(str(p) for p in result["files"]))
+    return 0
+
+
 def cmd_presets(args) -> int:
     from hypermappo.config import list_presets
 
@@ -130,7 +180,8 @@ def cmd_config(args) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "presets": cmd_presets, "config": cmd_config}
+COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "sweep": cmd_sweep, "compare": cmd_compare,
+            "presets": cmd_presets, "config": cmd_config}
 
 
 def main(argv: list[str] | None = None) -> int:

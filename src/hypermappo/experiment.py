@@ -212,6 +212,8 @@ class Experiment:
         wall = self.wall_before + time.perf_counter() - start
         if not self.quiet and cfg.log.progress:
             print(file=sys.stderr)
+        if eval_stats is None:  # resumed from the final checkpoint, killed before the summary was written
+            eval_stats = self.evaluate()
         summary = self.write_summary(wall, eval_stats)
         self.logger.close()
         self.env.close()
@@ -331,4 +333,6 @@ def resume(run_dir: Path, quiet: bool = False) -> dict:
         raise UserError(f"resume: {str(run_dir)!r} is not a directory")
     cfg = config_mod.from_run_dir(run_dir)
     latest_checkpoint(run_dir)  # fail early with a clear message
+    if (run_dir / "summary.json").exists():
+        raise UserError(f"resume: {str(run_dir)!r} already finished (summary.json is there); nothing to resume")
     return Experiment(cfg, run_dir, resume=True, quiet=quiet).run()
