@@ -39,10 +39,13 @@ class MAPPO:
     def __init__(self, actor: nn.Module, critic: nn.Module, cfg):
         self.actor, self.critic, self.cfg = actor, critic, cfg
         p = cfg.ppo
-        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=p.lr_actor, eps=p.adam_eps,
+        self.actor_opt = torch.optim.Adam(actor.optimizer_groups(p.lr_actor), lr=p.lr_actor, eps=p.adam_eps,
                                           weight_decay=p.weight_decay)
         self.critic_opt = torch.optim.Adam(critic.parameters(), lr=p.lr_critic, eps=p.adam_eps,
                                            weight_decay=p.weight_decay)
+        for opt in (self.actor_opt, self.critic_opt):
+            for group in opt.param_groups:
+                group.setdefault("initial_lr", group["lr"])
         self.value_norm = build_value_norm(p.value_norm, critic.head)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
 
@@ -62,9 +65,9 @@ class MAPPO:
     # ------------------------------------------------------------------ update
 
     def set_lr_fraction(self, frac: float) -> None:
-        for opt, lr in ((self.actor_opt, self.cfg.ppo.lr_actor), (self.critic_opt, self.cfg.ppo.lr_critic)):
+        for opt in (self.actor_opt, self.critic_opt):
             for group in opt.param_groups:
-                group["lr"] = lr * frac
+                group["lr"] = group["initial_lr"] * frac
 
     def evaluate(self, batch: dict):
         """Current policy / value on a mini-batch ([B, N, ...], or [L, B, N, ...] chunks)."""
@@ -103,6 +106,9 @@ class MAPPO:
         value_loss = masked_mean(err_loss, active)
 
         aux = self.actor.aux_losses(out, batch)
+        beta = self.cfg.hyper.beta
+        if beta > 0:  # KL(pi_old || pi_new) from the stored behaviour-policy parameters
+            aux["align_loss"] = beta * masked_mean(out.dist.kl_from_params(batch["dist_params"]), active)
         actor_loss = policy_loss - p.entropy_coef * entropy + sum(aux.values())
         with torch.no_grad():
             stats = {
@@ -136,6 +142,7 @@ class MAPPO:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v.detach()
                 n += 1
+        self.actor.after_update()
         metrics = {k: float(v) / n for k, v in sums.items()}
         metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
                                                            buf.active)

@@ -19,6 +19,7 @@ from hypermappo.models.distributions import ActionDist
 ACTORS: dict[str, str] = {
     "mlp": "hypermappo.models.mlp:MLPActor",
     "rnn": "hypermappo.models.mlp:RNNActor",
+    "hyper": "hypermappo.models.hyper:HyperActor",
 }
 
 
@@ -41,6 +42,13 @@ class Actor(nn.Module):
     def aux_losses(self, out: ActorOut, batch: dict) -> dict[str, torch.Tensor]:
         """Extra loss terms (name -> scalar, already weighted) this architecture adds."""
         return {}
+
+    def optimizer_groups(self, lr: float) -> list[dict]:
+        """Adam parameter groups (a hypernetwork gets its own learning rate)."""
+        return [{"params": [p for p in self.parameters() if p.requires_grad], "lr": lr, "name": "actor"}]
+
+    def after_update(self) -> None:
+        """Called once after every PPO update (e.g. to sync a target network)."""
 
 
 def build_actor(name: str, spec, cfg) -> Actor:

@@ -15,10 +15,13 @@ import torch
 class RolloutBuffer:
     def __init__(self, T: int, E: int, N: int, obs_dim: int, state_dim: int, action_shape: tuple,
                  action_dtype: torch.dtype, n_actions_avail: int = 0, params_dim: int = 0,
-                 actor_hidden: int = 0, critic_hidden: int = 0, device: torch.device | str = "cpu"):
+                 actor_hidden: int = 0, critic_hidden: int = 0, device: torch.device | str = "cpu",
+                 store_prev_obs: bool = False):
         self.T, self.E, self.N = T, E, N
         z = dict(device=device)
         self.obs = torch.zeros(T, E, N, obs_dim, **z)  # [T, E, N, obs_dim]
+        # observation of the step before t (for the Hyper-MAPPO smoothness term), masked by `reset`
+        self.prev_obs = torch.zeros(T, E, N, obs_dim, **z) if store_prev_obs else None
         self.state = torch.zeros(T, E, state_dim, **z)  # [T, E, S]
         self.available = torch.ones(T, E, N, n_actions_avail, dtype=torch.bool, **z) if n_actions_avail else None
         self.active = torch.zeros(T, E, N, dtype=torch.bool, **z)  # alive when acting at t
@@ -52,7 +55,7 @@ class RolloutBuffer:
         self.returns.copy_(self.advantages + values)
 
     def _fields(self) -> dict[str, torch.Tensor]:
-        names = ["obs", "state", "available", "active", "reset", "actions", "logp", "values", "advantages",
+        names = ["obs", "prev_obs", "state", "available", "active", "reset", "actions", "logp", "values", "advantages",
                  "returns", "dist_params"]
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 

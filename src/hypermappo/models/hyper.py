@@ -1,0 +1,307 @@
+"""Hyper-MAPPO actor: a hypernetwork generates the actor's weights, theta = theta_base + delta(context).
+
+The actor has exactly the MAPPO MLP actor's layers (`trunk`, `head`, same orthogonal init), so
+its base weights *are* a MAPPO actor. A hypernetwork maps a per-agent context (agent identity,
+all agents' observations through attention, a GRU over the agent's history, or a combination)
+to weight increments delta for the chosen layers. Its output heads start at zero, so at step 0
+the policy equals the MAPPO actor's while gradients still reach the heads (and, once the heads
+have moved, the layers before them).
+
+Compute is batched over envs x agents: when the context is agent identity alone, delta depends on
+the agent only, so the N per-agent weight matrices are formed once and applied with one batched
+matmul; otherwise per-sample weights are applied with one einsum (or two thin matmuls when
+`hyper.rank > 0`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+from hypermappo.models.actor import ActorOut, agent_onehot
+from hypermappo.models.agent_layers import AgentGRUCell, AgentLinear
+from hypermappo.models.distributions import make_dist
+from hypermappo.models.mlp import MLPActor
+
+
+class ContextEncoder(nn.Module):
+    """Per-agent context [..., N, C] from agent id, all observations and/or the agent's history."""
+
+    def __init__(self, spec, h):
+        super().__init__()
+        self.n = spec.num_agents
+        self.parts = list(h.context)
+        dim = 0
+        if "agent_id" in self.parts:
+            if h.id_encoding == "embedding":
+                self.id_embedding = nn.Parameter(torch.randn(self.n, h.id_embed_dim) * 0.1)
+                dim += h.id_embed_dim
+            else:
+                self.id_embedding = None
+                dim += self.n
+        if "obs" in self.parts:
+            self.obs_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim), nn.Linear(spec.obs_dim, h.obs_embed_dim),
+                                             nn.ReLU())
+            self.aggregation = h.obs_aggregation
+            if h.obs_aggregation == "attention":
+                self.attention = nn.MultiheadAttention(h.obs_embed_dim, h.attention_heads, batch_first=True)
+                dim += 2 * h.obs_embed_dim  # own encoding + attended summary
+            elif h.obs_aggregation == "mean":
+                dim += 2 * h.obs_embed_dim
+            else:
+                dim += h.obs_embed_dim
+        self.history_size = 0
+        if "history" in self.parts:
+            self.history_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim), nn.Linear(spec.obs_dim, h.history_hidden),
+                                                 nn.ReLU())
+            self.history_gru = AgentGRUCell(h.history_hidden, h.history_hidden)
+            self.history_size = h.history_hidden
+            dim += h.history_hidden
+        self.dim = dim
+        self.norm = nn.LayerNorm(dim)  # LayerNorm on the hypernetwork input
+
+    @property
+    def static(self) -> bool:
+        """True when the context is agent identity alone (delta is per agent, not per sample)."""
+        return self.parts == ["agent_id"]
+
+    def agent_part(self, like: torch.Tensor) -> torch.Tensor:
+        if self.id_embedding is not None:
+            return self.id_embedding.expand(*like.shape[:-2], self.n, self.id_embedding.shape[-1])
+        return agent_onehot(self.n, like)
+
+    def forward(self, obs, hidden=None, reset=None, sequence=False):
+        """obs [..., N, D] (or [L, ..., N, D] with sequence) -> (context [..., N, C], new history state)."""
+        parts = []
+        if "agent_id" in self.parts:
+            parts.append(self.agent_part(obs))
+        if "obs" in self.parts:
+            enc = self.obs_encoder(obs)  # [..., N, H]
+            if self.aggregation == "attention":
+                flat = enc.reshape(-1, self.n, enc.shape[-1])  # [B, N, H]: own encoding queries all agents
+                att, _ = self.attention(flat, flat, flat, need_weights=False)
+                parts += [enc, att.reshape(enc.shape)]
+            elif self.aggregation == "mean":
+                parts += [enc, enc.mean(-2, keepdim=True).expand_as(enc)]
+            else:
+                parts.append(enc)
+        new_hidden = None
+        if "history" in self.parts:
+            x = self.history_encoder(obs)
+            if sequence:
+                outs = []
+                for t in range(x.shape[0]):
+                    hidden = self._gru_step(x[t], hidden, None if reset is None else reset[t])
+                    outs.append(hidden)
+                parts.append(torch.stack(outs))
+            else:
+                hidden = self._gru_step(x, hidden, reset)
+                parts.append(hidden)
+            new_hidden = hidden
+        return self.norm(torch.cat(parts, -1)), new_hidden
+
+    def _gru_step(self, x, h, reset):
+        if reset is not None:
+            h = h * (~reset).unsqueeze(-1).to(h.dtype)
+        return self.history_gru(x, h)
+
+
+class WeightGenerator(nn.Module):
+    """Context -> delta (W [.., in, out], b [.., out]) for one generated layer; zero-initialised output."""
+
+    def __init__(self, hidden: int, in_f: int, out_f: int, rank: int, full: bool):
+        super().__init__()
+        self.in_f, self.out_f, self.rank = in_f, out_f, rank
+        if rank:
+            self.u = nn.Linear(hidden, in_f * rank)  # random init: dW = U V is 0 because V starts at 0
+            self.v = nn.Linear(hidden, rank * out_f)
+            nn.init.zeros_(self.v.weight), nn.init.zeros_(self.v.bias)
+        else:
+            self.w = nn.Linear(hidden, in_f * out_f)
+            nn.init.zeros_(self.w.weight), nn.init.zeros_(self.w.bias)
+        self.b = nn.Linear(hidden, out_f)
+        nn.init.zeros_(self.b.weight), nn.init.zeros_(self.b.bias)
+        if full:  # full weights (no base): the generator's output bias starts at MAPPO's orthogonal init
+            with torch.no_grad():
+                self.w.bias.copy_(_orthogonal_flat(in_f, out_f))
+
+    def forward(self, z):
+        """z [..., hidden] -> dict with W [..., in, out] or (U [..., in, r], V [..., r, out]) and b [..., out]."""
+        out = {"b": self.b(z)}
+        if self.rank:
+            out["U"] = self.u(z).unflatten(-1, (self.in_f, self.rank))
+            out["V"] = self.v(z).unflatten(-1, (self.rank, self.out_f))
+        else:
+            out["W"] = self.w(z).unflatten(-1, (self.in_f, self.out_f))
+        return out
+
+
+def _orthogonal_flat(in_f, out_f, gain=2 ** 0.5):
+    w = torch.empty(out_f, in_f)
+    nn.init.orthogonal_(w, gain=gain)
+    return w.t().reshape(-1)
+
+
+class HyperNetwork(nn.Module):
+    """Context encoder + MLP + one weight generator per generated actor layer."""
+
+    def __init__(self, spec, cfg, layer_shapes: list[tuple[int, int]], full: bool, hidden_units: list[int]):
+        super().__init__()
+        h = cfg.hyper
+        self.context = ContextEncoder(spec, h)
+        self.mlp = nn.Sequential(nn.Linear(self.context.dim, h.hidden), nn.ReLU(), nn.Linear(h.hidden, h.hidden),
+                                 nn.ReLU())
+        self.generators = nn.ModuleList(
+            WeightGenerator(h.hidden, i, o, h.rank, full) for i, o in layer_shapes)
+        self.scales = nn.ModuleList()
+        for units in hidden_units:  # per-unit scale on shared hidden layers (layers=last + hidden_scale)
+            lin = nn.Linear(h.hidden, units)
+            nn.init.zeros_(lin.weight), nn.init.zeros_(lin.bias)
+            self.scales.append(lin)
+
+    def forward(self, obs, hidden=None, reset=None, sequence=False):
+        ctx, new_hidden = self.context(obs, hidden, reset, sequence)
+        z = self.mlp(ctx)
+        return [g(z) for g in self.generators], [1.0 + s(z) for s in self.scales], new_hidden
+
+
+class HyperActor(MLPActor):
+    """MAPPO actor whose layers get hypernetwork-generated increments (see module docstring)."""
+
+    def __init__(self, spec, cfg):
+        super().__init__(spec, cfg)
+        h = cfg.hyper
+        self.cfg_h = h
+        linears = list(self.trunk.linears) + [self.head]
+        n_hidden = len(self.trunk.linears)
+        self.generated = {"all": list(range(n_hidden + 1)), "last": [n_hidden], "hidden": list(range(n_hidden))}[h.layers]
+        self.full = h.output == "full"
+        shapes = [(linears[i].in_features, linears[i].out_features) for i in self.generated]
+        scale_units = [lin.out_features for lin in self.trunk.linears] if h.hidden_scale else []
+        self.hyper = HyperNetwork(spec, cfg, shapes, self.full, scale_units)
+        if self.full:  # generated layers have no base weights: drop them so nothing pretends to be one
+            for i in self.generated:
+                linears[i].weight.requires_grad_(False).zero_()
+                linears[i].bias.requires_grad_(False).zero_()
+        self.hidden_size = self.hyper.context.history_size
+        # feed-forward smoothness recomputes delta_{t-1} from the stored previous observation
+        self.needs_prev_obs = h.alpha > 0 and not self.hyper.context.static and not self.hidden_size
+        self.target = None
+        if h.target != "none":
+            self.target = copy.deepcopy(self.hyper).requires_grad_(False)
+        self._updates = 0
+
+    # -------------------------------------------------------------- optimiser / target
+
+    def optimizer_groups(self, lr: float) -> list[dict]:
+        hyper = set(id(p) for p in self.hyper.parameters())
+        base = [p for p in self.parameters() if id(p) not in hyper and p.requires_grad
+                and not any(p is q for q in (self.target.parameters() if self.target else []))]
+        return [{"params": base, "lr": lr, "name": "actor_base"},
+                {"params": list(self.hyper.parameters()), "lr": self.cfg_h.lr, "name": "hypernetwork"}]
+
+    @torch.no_grad()
+    def after_update(self) -> None:
+        """Sync the target hypernetwork: a hard copy every K updates or Polyak averaging."""
+        self._updates += 1
+        if self.target is None:
+            return
+        if self.cfg_h.target == "polyak":
+            tau = self.cfg_h.target_tau
+            for tp, p in zip(self.target.parameters(), self.hyper.parameters()):
+                tp.lerp_(p, tau)
+        elif self._updates % self.cfg_h.target_interval == 0:
+            self.target.load_state_dict(self.hyper.state_dict())
+
+    # -------------------------------------------------------------- forward
+
+    def _apply_layer(self, lin: AgentLinear, x: torch.Tensor, gen: dict | None, static: bool) -> torch.Tensor:
+        if gen is None:
+            return lin(x)
+        if static:  # delta per agent only: form N weight matrices once, one batched matmul
+            dW = gen["W"] if "W" in gen else gen["U"] @ gen["V"]  # [N, in, out]
+            W = lin.weight + dW  # (shared base [1, in, out] broadcasts)
+            b = lin.bias + gen["b"]
+            n = x.shape[-2]
+            xt = x.reshape(-1, n, lin.in_features).transpose(0, 1)  # [N, B, in]
+            y = torch.baddbmm(b.unsqueeze(1), xt, W)
+            return y.transpose(0, 1).reshape(*x.shape[:-1], lin.out_features)
+        y = lin(x) + gen["b"]
+        if "W" in gen:
+            return y + torch.einsum("...i,...io->...o", x, gen["W"])
+        return y + torch.einsum("...r,...ro->...o", torch.einsum("...i,...ir->...r", x, gen["U"]), gen["V"])
+
+    def generate(self, obs, hidden=None, reset=None, sequence=False, net: HyperNetwork | None = None):
+        """-> (per-layer generated tensors, per-unit scales, new history state). With an agent-id-only
+        context they are per agent ([N, ...]) and computed once, not once per sample."""
+        net = net or self.hyper
+        if net.context.static:
+            gens, scales, _ = net(obs.new_zeros(1, self.n_agents, obs.shape[-1]))
+            return [{k: v[0] for k, v in g.items()} for g in gens], [sc[0] for sc in scales], None
+        return net(obs, hidden, reset, sequence)
+
+    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False) -> ActorOut:
+        static = self.hyper.context.static
+        gens, scales, new_hidden = self.generate(obs, hidden, reset, sequence)
+        by_layer = dict(zip(self.generated, gens))
+        x = self.actor_input(obs)
+        t = self.trunk
+        if t.feature_norm is not None:
+            x = t.feature_norm(x)
+        for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
+            x = norm(t.act(self._apply_layer(lin, x, by_layer.get(i), static)))
+            if scales:
+                x = x * scales[i]
+        logits = self._apply_layer(self.head, x, by_layer.get(len(t.linears)), static)
+        dist = make_dist(self.action_space, logits, available, self.log_std)
+        return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
+
+    # -------------------------------------------------------------- losses / diagnostics
+
+    @staticmethod
+    def _flat_delta(gens: list[dict]) -> torch.Tensor:
+        """Concatenate every generated tensor into one vector per sample [..., P]."""
+        parts = []
+        for g in gens:
+            for k in sorted(g):
+                parts.append(g[k].flatten(-2) if k != "b" else g[k])
+        return torch.cat(parts, -1)
+
+    def delta_norm_ratio(self, out: ActorOut) -> torch.Tensor:
+        """mean ||delta|| / ||theta_base|| over samples (||W|| when generating full weights)."""
+        delta = self._flat_delta(out.aux["gens"])
+        if self.full:
+            return delta.norm(dim=-1).mean()
+        linears = list(self.trunk.linears) + [self.head]
+        base = torch.cat([torch.cat([linears[i].weight.flatten(), linears[i].bias.flatten()])
+                          for i in self.generated])
+        return delta.norm(dim=-1).mean() / base.norm().clamp(min=1e-8)
+
+    def aux_losses(self, out: ActorOut, batch: dict) -> dict[str, torch.Tensor]:
+        """alpha * L_smooth: ||delta_t - delta_{t-1}|| ^2 between consecutive steps of an agent
+        (and ||delta - delta_target||^2 when a target hypernetwork is on), masked by active agents."""
+        h = self.cfg_h
+        if h.alpha <= 0:
+            return {}
+        delta = self._flat_delta(out.aux["gens"])
+        active = batch["active"].float()
+        terms = []
+        if not out.aux["static"]:
+            if "actor_h0" in batch:  # chunks [L, B, N]: adjacent steps within the chunk
+                d = (delta[1:] - delta[:-1]).pow(2).sum(-1)
+                keep = active[1:] * active[:-1] * (~batch["reset"][1:]).float()
+            else:  # feed-forward: recompute delta_{t-1} from the stored previous observation
+                prev = self.hyper(batch["prev_obs"])[0]
+                d = (delta - self._flat_delta(prev)).pow(2).sum(-1)
+                keep = active * (~batch["reset"]).float()
+            terms.append((d * keep).sum() / keep.sum().clamp(min=1.0))
+        if self.target is not None:
+            with torch.no_grad():
+                tgens = self.generate(batch["obs"], batch.get("actor_h0"), batch["reset"], "actor_h0" in batch,
+                                      net=self.target)[0]
+            sq = (delta - self._flat_delta(tgens)).pow(2).sum(-1)
+            terms.append(sq.mean() if out.aux["static"] else (sq * active).sum() / active.sum().clamp(min=1.0))
+        smooth = sum(terms)
+        return {"smooth_loss": h.alpha * smooth}

@@ -1,0 +1,139 @@
+"""Hyper-MAPPO: zero-init equivalence with MAPPO, the hypernetwork is live, regularisers matter,
+and the live-component audit stops a run whose hypernetwork is cut off from the loss."""
+
+import csv
+
+import gymnasium as gym
+import pytest
+import torch
+
+from hypermappo.config import build_config
+from hypermappo.diagnostics import DeadComponentError, js_distance, system_neural_diversity
+from hypermappo.envs.vec import EnvSpec
+from hypermappo.experiment import Experiment
+from hypermappo.models.actor import build_actor
+from hypermappo.models.hyper import ContextEncoder
+
+
+def _spec(n=3, obs=6, actions=5):
+    return EnvSpec(num_agents=n, obs_dim=obs, state_dim=n * obs,
+                   observation_space=gym.spaces.Box(-1, 1, (obs,)), action_space=gym.spaces.Discrete(actions))
+
+
+CONTEXTS = [
+    ["hyper.context=agent_id"],
+    ["hyper.context=agent_id", "hyper.id_encoding=embedding"],
+    ["hyper.context=obs"],
+    ["hyper.context=obs", "hyper.obs_aggregation=mean", "hyper.layers=last", "hyper.hidden_scale=true"],
+    ["hyper.context=agent_id,obs,history"],
+    ["hyper.context=obs", "hyper.rank=3"],
+    ["hyper.context=agent_id", "hyper.layers=hidden"],
+]
+
+
+@pytest.mark.parametrize("overrides", CONTEXTS, ids=lambda o: " ".join(o))
+def test_zero_init_hyper_actor_equals_mappo_actor_with_same_base_weights(overrides):
+    spec = _spec()
+    cfg = build_config(None, ["actor=hyper", *overrides])
+    torch.manual_seed(1)
+    mlp = build_actor("mlp", spec, cfg)
+    torch.manual_seed(2)  # different init: the base weights are copied over below
+    hyper = build_actor("hyper", spec, cfg)
+    missing, unexpected = hyper.load_state_dict(mlp.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(("hyper.", "target.")) for k in missing)
+    obs = torch.randn(7, 4, 3, spec.obs_dim)  # [B1, B2, N, D]
+    hidden = torch.randn(7, 4, 3, hyper.hidden_size) if hyper.hidden_size else None
+    with torch.no_grad():
+        a = mlp(obs).dist.params()
+        b = hyper(obs, None, hidden, None).dist.params()
+    assert torch.equal(a, b)
+    # the equivalence is not vacuous: moving a generator output changes the policy
+    with torch.no_grad():
+        gen = hyper.hyper.generators[-1]
+        bias = (gen.v if hyper.cfg_h.rank else gen.w).bias
+        bias.add_(torch.randn_like(bias))
+        assert not torch.allclose(hyper(obs, None, hidden, None).dist.params(), a)
+
+
+def _run(tmp_path, name, extra, steps=480):
+    cfg = build_config(None, ["env=matrix:specialisation", "env_kwargs={n_agents: 3, episode_length: 10}",
+                              "rollout_length=10", "num_envs=8", f"total_env_steps={steps}", f"run_dir={tmp_path / name}",
+                              "log.tensorboard=false", "log.progress=false", "eval_episodes=4", "ppo.ppo_epoch=4",
+                              *extra])
+    exp = Experiment(cfg, quiet=True)
+    exp.run()
+    with open(tmp_path / name / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return exp, rows
+
+
+def _learning_columns(rows):
+    keep = ("policy_loss", "value_loss", "entropy", "approx_kl", "kl_sum", "snd", "grad_norm_actor")
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+def test_hypernetwork_is_trained_and_changes_the_run(tmp_path):
+    cfg = build_config(None, ["actor=hyper", "hyper.context=agent_id"])
+    spec = _spec(3, 10, 3)
+    torch.manual_seed(0)
+    fresh = build_actor("hyper", spec, cfg).hyper.state_dict()
+    exp, hyper_rows = _run(tmp_path, "hyper", ["actor=hyper", "hyper.context=agent_id", "hyper.lr=1e-3"], steps=80)
+    changed = [k for k, v in exp.actor.hyper.state_dict().items() if not torch.equal(v, fresh[k])]
+    assert any(k.startswith("generators") for k in changed)  # the output heads moved in the first update
+    _, mappo_rows = _run(tmp_path, "mappo", ["actor=mlp"], steps=80)
+    assert _learning_columns(hyper_rows) != _learning_columns(mappo_rows)
+    assert float(hyper_rows[0]["delta_norm_ratio"]) > 0
+
+
+def test_regularisers_are_logged_nonzero_and_change_the_update(tmp_path):
+    base = ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "hyper.lr=1e-3"]
+    _, plain = _run(tmp_path, "plain", base)
+    _, smooth = _run(tmp_path, "smooth", base + ["hyper.alpha=0.5"])
+    _, align = _run(tmp_path, "align", base + ["hyper.beta=0.5"])
+    _, target = _run(tmp_path, "target", ["actor=hyper", "hyper.context=agent_id", "hyper.lr=1e-3", "hyper.alpha=0.5",
+                                          "hyper.target=hard", "hyper.target_interval=2"])
+    assert "smooth_loss" not in plain[0] and "align_loss" not in plain[0]
+    assert all(float(r["smooth_loss"]) > 0 for r in smooth[1:])
+    assert all(float(r["align_loss"]) > 0 for r in align[1:])
+    assert any(float(r["smooth_loss"]) > 0 for r in target)
+    assert _learning_columns(plain) != _learning_columns(smooth)
+    assert _learning_columns(plain) != _learning_columns(align)
+
+
+def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkeypatch):
+    original = ContextEncoder.forward
+
+    def detached(self, obs, hidden=None, reset=None, sequence=False):
+        ctx, h = original(self, obs, hidden, reset, sequence)
+        return ctx.detach(), h  # the bug: nothing before the hypernetwork MLP gets a gradient
+
+    monkeypatch.setattr(ContextEncoder, "forward", detached)
+    with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.obs_encoder"):
+        _run(tmp_path, "dead", ["actor=hyper", "hyper.context=obs", "hyper.layers=last"])
+    import json
+    audit = json.loads((tmp_path / "dead" / "summary.json").read_text())["audit"]
+    assert audit["passed"] is False and "actor.hyper.context.attention" in audit["dead"]
+
+
+def test_audit_passes_and_is_recorded_for_plain_mappo(tmp_path):
+    exp, _ = _run(tmp_path, "ok", ["actor=rnn", "ppo.data_chunk_length=5"])
+    audit = exp.summary_extra["audit"]
+    assert audit["passed"] and audit["components"]["actor.trunk.rnn.ih"] == "updated"
+
+
+def test_audit_flags_a_zero_loss_term(tmp_path, monkeypatch):
+    from hypermappo.models.hyper import HyperActor
+    monkeypatch.setattr(HyperActor, "aux_losses", lambda self, out, batch: {"smooth_loss": torch.zeros(())})
+    with pytest.raises(DeadComponentError, match="loss term smooth_loss"):
+        _run(tmp_path, "zero", ["actor=hyper", "hyper.context=obs", "hyper.alpha=0.1", "hyper.layers=last"])
+
+
+def test_snd_is_zero_for_identical_agents_and_positive_for_different_ones():
+    spec = _spec()
+    pool = torch.randn(32, spec.obs_dim)
+    shared = build_actor("mlp", spec, build_config(None, []))
+    assert system_neural_diversity(shared, pool, 3, spec.action_space) == pytest.approx(0.0, abs=1e-6)
+    separate = build_actor("mlp", spec, build_config(None, ["model.share_params=false", "model.policy_gain=1.0"]))
+    assert system_neural_diversity(separate, pool, 3, spec.action_space) > 0.01
+    p = torch.tensor([1.0, 0.0])
+    assert js_distance(p, torch.tensor([0.0, 1.0])).item() == pytest.approx(1.0)
