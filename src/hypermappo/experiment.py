@@ -23,6 +23,7 @@ import torch
 
 from hypermappo import config as config_mod
 from hypermappo.algos.mappo import MAPPO
+from hypermappo.diagnostics import DeadComponentError, Diagnostics, LiveComponentAudit
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import UserError
@@ -96,6 +97,8 @@ class Experiment:
         self.last: EnvStep | None = None
         self.actor_h = self.critic_h = self.reset_mask = None
         self.summary_extra: dict = {}
+        self.diagnostics = Diagnostics(self.actor, cfg, self.spec)
+        self.audit = LiveComponentAudit(self.actor, self.critic, cfg) if cfg.diagnostics.audit_updates else None
         self.resume_rows = None
         self.segment_start = time.perf_counter()
         if resume:
@@ -192,12 +195,20 @@ class Experiment:
             ep = self.collect()
             t1 = time.perf_counter()
             self.actor.train(), self.critic.train()
+            every = cfg.diagnostics.every
+            diag_due = every and (self.update + 1) % every == 0
+            diag = self.diagnostics.before_update(self.buffer, self.algo.recurrent) if diag_due else {}
+            t_update = time.perf_counter()
             losses = self.algo.update(self.buffer, self.batch_generator)
             t2 = time.perf_counter()
+            if diag_due:
+                diag.update(self.diagnostics.after_update(self.buffer, self.algo.recurrent))
+            diag_s = (t_update - t1) + (time.perf_counter() - t2)  # diagnostics, excluded from train_sps
             self.update += 1
+            self._audit(losses)
             row = {"update": self.update, "env_steps": self.env_steps, **ep,
-                   "train_sps": cfg.rollout_length * cfg.num_envs / (t2 - t0),
-                   "collect_s": t1 - t0, "update_s": t2 - t1, **losses}
+                   "train_sps": cfg.rollout_length * cfg.num_envs / ((t1 - t0) + (t2 - t_update)),
+                   "collect_s": t1 - t0, "update_s": t2 - t_update, "diagnostics_s": diag_s, **losses, **diag}
             last = self.update == self.updates_total
             steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
             milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
@@ -218,6 +229,20 @@ class Experiment:
         self.logger.close()
         self.env.close()
         return summary
+
+    def _audit(self, losses: dict) -> None:
+        """Live-component audit: stop the run if an enabled module or loss term is dead."""
+        if self.audit is None or self.update > self.cfg.diagnostics.audit_updates:
+            return
+        self.audit.observe(losses)
+        if self.update < self.cfg.diagnostics.audit_updates:
+            return
+        result = self.audit.check(self.update)
+        self.summary_extra["audit"] = result
+        if not result["passed"]:
+            self.write_summary(self.wall_before + time.perf_counter() - self.segment_start, None)
+            raise DeadComponentError(f"live-component audit after {self.update} updates: dead: "
+                                     f"{', '.join(result['dead'])} (details in {self.run_dir / 'summary.json'})")
 
     def evaluate(self, episodes: int | None = None, deterministic: bool = True) -> dict:
         return evaluate_policy(self.cfg, self.actor, episodes or self.cfg.eval_episodes, deterministic, self.device)
@@ -269,6 +294,8 @@ class Experiment:
             "last_step": self.last if env_state is not None else None,
             "actor_h": self.actor_h, "critic_h": self.critic_h, "reset_mask": self.reset_mask,
             "recent_returns": list(self.recent_returns),
+            "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
+            "prev_obs": getattr(self, "prev_obs", None),
         }
 
     def save_checkpoint(self) -> Path:
@@ -296,6 +323,8 @@ class Experiment:
         self.wall_before = sd["wall_s"]
         self.resume_rows = sd["logger_rows"]
         self.recent_returns.extend(sd["recent_returns"])
+        self.diagnostics.load_state_dict(sd["diagnostics"])
+        self.summary_extra = sd["summary_extra"]
         rng = sd["rng"]
         torch.set_rng_state(rng["torch"].cpu())
         np.random.set_state(rng["numpy"])
@@ -305,9 +334,11 @@ class Experiment:
             self.env.set_state(sd["env_state"])
             self.last = sd["last_step"].to(self.device)
             self.actor_h, self.critic_h, self.reset_mask = sd["actor_h"], sd["critic_h"], sd["reset_mask"]
+            self.prev_obs = sd["prev_obs"]
         else:
             # third-party envs cannot save their state: start fresh episodes from the saved RNG state
             self.last = self.env.reset(seed=self.cfg.seed + self.update)
+            self.prev_obs = torch.zeros_like(self.last.obs)
             E, N = self.cfg.num_envs, self.spec.num_agents
             self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
             self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size \
