@@ -29,3 +29,9 @@ def test_sweep_runs_its_grid_as_ray_tasks_and_skips_them_when_done(tmp_path, cap
     assert "2 runs completed now" in capsys.readouterr().out
     assert main(args) == 0  # everything finished: Ray is not even started
     assert "2 complete (skipped)" in capsys.readouterr().out
+
+
+def test_unreachable_ray_address_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["sweep", "matrix/climbing", "seed=0,1", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach a Ray head" in err[0]

@@ -98,6 +98,14 @@ def test_sweep_over_an_unknown_key_is_one_line_exit_2_before_anything_runs(tmp_p
     assert not out.exists()
 
 
+def test_sweep_dry_run_lists_the_grid_and_takes_overrides_after_options(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["sweep", "matrix/climbing", "--dry-run", "algo=mappo,ippo", "--out", str(out), "seed=1..2"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 runs" in printed and "algo=ippo,seed=2: train matrix/climbing algo=ippo seed=2" in printed
+    assert not out.exists()
+
+
 def test_sweep_refuses_to_reuse_a_run_directory_holding_another_config(tmp_path, capsys):
     out = tmp_path / "sweep"
     run = out / "seed=0"

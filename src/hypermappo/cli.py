@@ -186,7 +186,14 @@ COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "sweep":
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # key=value arguments after an option (`train P --quiet seed=1`) are overrides too
+    listed = next((name for name in ("overrides", "grid") if hasattr(args, name)), None)
+    unknown = [a for a in extra if not listed or "=" not in a or a.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        getattr(args, listed).extend(extra)
     if not args.command:
         parser.print_help()
         return 2

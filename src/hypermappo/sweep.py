@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -71,17 +72,17 @@ def split_values(key: str, text: str) -> list[str]:
             start = i + 1
     pieces.append(text[start:])
     if depth or quote:
-        raise UserError(f"sweep {key}={text!r}: unbalanced brackets or quotes")
+        raise UserError(f"{key}={text!r}: unbalanced brackets or quotes")
     values = []
     for piece in (p.strip() for p in pieces):
         if not piece:
-            raise UserError(f"sweep {key}={text!r}: empty value in the list")
+            raise UserError(f"{key}={text!r}: empty value in the list")
         if len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in "\"'":
             values.append(piece[1:-1])
         elif m := _RANGE.match(piece):
             lo, hi = int(m[1]), int(m[2])
             if lo > hi:
-                raise UserError(f"sweep {key}={piece}: empty range; expected a..b with a <= b")
+                raise UserError(f"{key}={piece}: empty range; expected a..b with a <= b")
             values.extend(str(v) for v in range(lo, hi + 1))
         else:
             values.append(piece)
@@ -93,17 +94,17 @@ def parse_grid(args: list[str]) -> tuple[list[str], list[tuple[str, list[str]]]]
     fixed, axes, seen = [], [], set()
     for arg in args:
         if "=" not in arg:
-            raise UserError(f"sweep argument {arg!r}: expected key=value or key=v1,v2,...")
+            raise UserError(f"argument {arg!r}: expected key=value or key=v1,v2,...")
         key, text = (s.strip() for s in arg.split("=", 1))
         if key in seen:
-            raise UserError(f"sweep key {key!r} is given twice; list all its values in one argument: {key}=v1,v2")
+            raise UserError(f"key {key!r} is given twice; list all its values in one argument: {key}=v1,v2")
         if key == "run_dir":
-            raise UserError("sweep sets each run's run_dir itself; choose the sweep directory with --out")
+            raise UserError("run_dir is set per run by the sweep; choose the sweep directory with --out")
         seen.add(key)
         values = split_values(key, text)
         if len(set(values)) < len(values):
             twice = next(v for v in values if values.count(v) > 1)
-            raise UserError(f"sweep {key}: value {twice!r} is listed twice (a single list value is written "
+            raise UserError(f"{key}: value {twice!r} is listed twice (a single list value is written "
                             f"in brackets: {key}=[{text}])")
         if len(values) == 1:
             fixed.append(f"{key}={values[0]}")
@@ -138,7 +139,7 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
         name = ",".join(_name_part(k, v) for k, v in zip(keys, point)) or "run"
         varied = [f"{k}={v}" for k, v in zip(keys, point)]
         if name in names:
-            raise UserError(f"sweep runs {names[name]} and {varied} would share the directory name {name!r}")
+            raise UserError(f"runs {names[name]} and {varied} would share the directory name {name!r}")
         names[name] = varied
         run_dir = out / name
         overrides = fixed + varied + threads + [f"run_dir={run_dir}"]
@@ -270,6 +271,8 @@ def run_ray(preset: str, jobs: list[tuple[SweepRun, str]], address: str | None, 
     except ImportError:
         raise UserError("--ray / --ray-address need Ray: pip install 'hypermappo[ray]'") from None
     started = not ray.is_initialized()
+    if started and address:
+        _check_reachable(address)
     if started:
         kwargs = {"address": address} if address else {"num_cpus": workers or _cpu_count()}
         ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
@@ -295,6 +298,18 @@ def run_ray(preset: str, jobs: list[tuple[SweepRun, str]], address: str | None, 
     finally:
         if started:
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a wrong ADDR (ray.init would keep retrying for minutes)."""
+    host_port = address.removeprefix("ray://")
+    host, _, port = host_port.rpartition(":")
+    if address == "auto" or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as e:
+        raise UserError(f"--ray-address {address}: cannot reach a Ray head there ({e.strerror or e})") from None
 
 
 def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | None = None, use_ray: bool = False,

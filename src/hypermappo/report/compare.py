@@ -92,13 +92,13 @@ def find_runs(paths: list[Path]) -> list[Path]:
     found = []
     for p in map(Path, paths):
         if not p.is_dir():
-            raise UserError(f"compare: {str(p)!r} is not a directory")
+            raise UserError(f"{str(p)!r} is not a directory")
         if (p / "config.yaml").exists():
             found.append(p)
             continue
         inside = sorted(d for d in p.iterdir() if (d / "config.yaml").exists())
         if not inside:
-            raise UserError(f"compare: {str(p)!r} is neither a run directory (config.yaml) nor a sweep holding runs")
+            raise UserError(f"{str(p)!r} is neither a run directory (config.yaml) nor a sweep holding runs")
         found.extend(inside)
     return list(dict.fromkeys(found))
 
@@ -112,7 +112,7 @@ def group_keys(runs: list[Run], group_by: list[str] | None) -> list[str]:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UserError(f"compare --group-by: unknown config key {key!r}{hint}")
+            raise UserError(f"--group-by: unknown config key {key!r}{hint}")
     return group_by
 
 
@@ -190,7 +190,7 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     for d in sorted(set(run_dirs) - set(complete)):
         print(f"compare: skipping {d} (unfinished: no summary.json)")
     if not complete:
-        raise UserError("compare: no finished runs among the given directories")
+        raise UserError("no finished runs (with summary.json) among the given directories")
     runs = [load_run(d) for d in complete]
     envs = {}
     for r in runs:
@@ -198,7 +198,7 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     if len(envs) > 1:
         listing = "; ".join(f"{env}: {', '.join(names[:3])}{' ...' if len(names) > 3 else ''}"
                             for env, names in envs.items())
-        raise UserError(f"compare: runs come from different envs ({listing}); compare one env at a time")
+        raise UserError(f"runs come from different envs ({listing}); compare one env at a time")
     env = next(iter(envs))
 
     keys = group_keys(runs, group_by)
@@ -212,7 +212,7 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
 
     if any(r.series(metric)[1].size == 0 for r in runs):
         if metric != "eval_return_mean":
-            raise UserError(f"compare --metric: column {metric!r} has no values in some runs' metrics.csv")
+            raise UserError(f"--metric: column {metric!r} has no values in some runs' metrics.csv")
         metric = "episode_return_mean"
         print("compare: some runs never evaluated; final score = mean episode_return_mean of the last 10% of updates")
     diagnostics = diagnostic_columns(runs)
