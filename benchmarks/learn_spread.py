@@ -69,9 +69,12 @@ def main():
     p.add_argument("--runs", default=str(ROOT / "runs" / "bench_learn_spread"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "learn_spread"))
     p.add_argument("--fresh", action="store_true", help="rerun finished runs")
+    p.add_argument("--report-only", action="store_true", help="only tabulate the runs that have finished")
     args = p.parse_args()
     args.milestones = [int(float(m)) for m in args.milestones.split(",") if int(float(m)) <= args.steps]
     jobs = [(a, int(s)) for s in args.seeds.split(",") for a in args.algos.split(",")]  # seeds interleaved
+    if args.report_only:
+        jobs = [j for j in jobs if (Path(args.runs) / f"{j[0]}_s{j[1]}" / "summary.json").exists()]
     with ThreadPoolExecutor(args.workers) as pool:
         results = list(pool.map(lambda j: run_one(*j, args), jobs))
 
@@ -81,6 +84,8 @@ def main():
     table = {}
     for algo in args.algos.split(","):
         rs = [r for r in results if r["algo"] == algo]
+        if not rs:
+            continue
         cells = []
         for m in args.milestones:
             vals = [r["eval_at"][m] for r in rs if r["eval_at"][m] is not None]
@@ -92,7 +97,8 @@ def main():
         lines.append(f"| {algo} | " + " | ".join(cells) + f" | {wall:.0f} | {sps:,.0f} |")
     md = "\n".join(lines)
     print(md)
-    print(f"\n{len(args.seeds.split(','))} seeds, mean ± std (per-seed values), {args.eval_episodes} deterministic "
+    counts = ", ".join(f"{a}: {sum(r['algo'] == a for r in results)}" for a in args.algos.split(","))
+    print(f"\nseeds per algo ({counts}); mean ± std (per-seed values), {args.eval_episodes} deterministic "
           f"evaluation episodes each; E = {args.num_envs} envs; random policy -27.0, heuristic -9.2")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
