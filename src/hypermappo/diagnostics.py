@@ -25,7 +25,7 @@ import itertools
 import torch
 
 from hypermappo.errors import UserError
-from hypermappo.models.distributions import Categorical, DiagGaussian, MultiCategorical, dist_from_params
+from hypermappo.models.distributions import Categorical, DiagGaussian, MultiCategorical
 
 
 class DeadComponentError(UserError):

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -47,6 +48,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def action_layout(space: gym.spaces.Space) -> tuple[tuple, torch.dtype]:
+    """Per-agent action shape and dtype in the rollout buffer, following the VecEnv contract."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), torch.long
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return tuple(space.shape), torch.long
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return tuple(space.shape), torch.float32
+    raise UserError(f"action space {space} is not supported; expected Discrete, MultiDiscrete, Box or MultiBinary")
+
+
 def default_run_dir(cfg) -> Path:
     env = cfg.env.replace(":", "_").replace("/", "_").replace(".", "_")
     return Path("runs") / f"{env}_{cfg.algo}_{cfg.actor}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
@@ -70,22 +82,18 @@ class Experiment:
         self.actor = build_actor(cfg.actor, self.spec, cfg).to(self.device)
         self.critic = Critic(self.spec, cfg).to(self.device)
         self.algo = MAPPO(self.actor, self.critic, cfg)
-        self.algo.value_norm.to(self.device) if isinstance(self.algo.value_norm, torch.nn.Module) else None
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
         if self.algo.recurrent and T % L:
             raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
                             f"of it, got {L}")
         self.batch_generator = torch.Generator().manual_seed(cfg.seed + 1)
         space = self.spec.action_space
-        self.action_shape = tuple(space.shape) if not hasattr(space, "n") or space.shape else ()
-        action_dtype = torch.long if space.dtype is not None and np.issubdtype(space.dtype, np.integer) else torch.float32
-        if type(space).__name__ == "MultiBinary":
-            action_dtype = torch.float32
+        action_shape, action_dtype = action_layout(space)
         n_avail = int(space.n) if self.spec.has_available_actions else 0
         self.store_dist_params = True  # KL alignment and per-agent KL diagnostics need the behaviour policy
         self.store_prev_obs = getattr(self.actor, "needs_prev_obs", False)
         self.buffer = RolloutBuffer(T, cfg.num_envs, self.spec.num_agents, self.spec.obs_dim, self.spec.state_dim,
-                                    self.action_shape, action_dtype, n_avail,
+                                    action_shape, action_dtype, n_avail,
                                     params_size(space) if self.store_dist_params else 0,
                                     self.actor.hidden_size, self.critic.hidden_size, self.device,
                                     store_prev_obs=self.store_prev_obs)

@@ -46,7 +46,8 @@ class MAPPO:
         for opt in (self.actor_opt, self.critic_opt):
             for group in opt.param_groups:
                 group.setdefault("initial_lr", group["lr"])
-        self.value_norm = build_value_norm(p.value_norm, critic.head)
+        device = next(critic.parameters()).device
+        self.value_norm = build_value_norm(p.value_norm, critic.head).to(device)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
 
     # ------------------------------------------------------------------ returns

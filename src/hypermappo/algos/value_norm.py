@@ -62,6 +62,8 @@ class PopArt(ValueNorm):
 
 
 class NoNorm(nn.Module):
+    """Identity, for ppo.value_norm=none."""
+
     def update(self, x):
         pass
 

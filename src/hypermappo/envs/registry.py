@@ -15,8 +15,8 @@ import importlib
 
 import torch
 
-from hypermappo.errors import UserError
 from hypermappo.envs.vec import VecEnv
+from hypermappo.errors import UserError
 
 # prefix -> (module, one-line description)
 BACKENDS: dict[str, tuple[str, str]] = {
