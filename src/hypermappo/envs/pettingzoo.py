@@ -666,25 +666,30 @@ def mpe2_scenarios() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(mpe2.__path__) if re.fullmatch(r".+_v\d+", m.name))
 
 
-def make(name: str, num_envs: int, device: torch.device | str = "cpu", **kwargs) -> AdapterVecEnv:
-    """`mpe2:<scenario>` (name = scenario) or `pettingzoo:<module>:<factory>` (name = module:factory)."""
+def make_mpe2(name: str, num_envs: int, device: torch.device | str = "cpu", **kwargs) -> AdapterVecEnv:
+    """`mpe2:<scenario>`, e.g. mpe2:simple_spread_v3."""
+    scenarios = mpe2_scenarios()
+    if name not in scenarios:
+        close = difflib.get_close_matches(name, scenarios, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(f"unknown mpe2 scenario {name!r}{hint}; expected one of {scenarios} "
+                        f"(your own PettingZoo env: pettingzoo:<module>:<factory>)")
+    return _make(f"mpe2.{name}", "parallel_env", f"mpe2:{name}", num_envs, device, kwargs)
+
+
+def make_pettingzoo(name: str, num_envs: int, device: torch.device | str = "cpu", **kwargs) -> AdapterVecEnv:
+    """`pettingzoo:<module>:<factory>`: any function returning a PettingZoo ParallelEnv."""
+    module_name, _, function_name = name.rpartition(":")
+    env_string = f"pettingzoo:{name}"
+    if not module_name or not function_name:
+        raise UserError(f"env {env_string!r}: expected pettingzoo:<module>:<factory>, "
+                        f"e.g. pettingzoo:my_pkg.my_module:make_env")
+    return _make(module_name, function_name, env_string, num_envs, device, kwargs)
+
+
+def _make(module_name: str, function_name: str, env_string: str, num_envs: int, device, kwargs: dict):
     vectorizer_kwargs = pop_vectorizer_kwargs(kwargs)
     render_mode = kwargs.pop("render_mode", None)
-    if ":" in name or "." in name:  # pettingzoo:<module>:<factory>
-        module_name, _, function_name = name.rpartition(":")
-        env_string = f"pettingzoo:{name}"
-        if not module_name or not function_name:
-            raise UserError(f"env {env_string!r}: expected pettingzoo:<module>:<factory>, "
-                            f"e.g. pettingzoo:my_pkg.my_module:make_env")
-    else:  # mpe2:<scenario>
-        env_string = f"mpe2:{name}"
-        scenarios = mpe2_scenarios()
-        if name not in scenarios:
-            close = difflib.get_close_matches(name, scenarios, n=3)
-            hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise UserError(f"unknown mpe2 scenario {name!r}{hint}; expected one of {scenarios} "
-                            f"(your own PettingZoo env: pettingzoo:<module>:<factory>)")
-        module_name, function_name = f"mpe2.{name}", "parallel_env"
     load_function(module_name, function_name, env_string)  # fail here, in one line, not in a worker
     factory = ParallelEnvFactory(module_name, function_name, env_string, dict(kwargs), render_mode)
     return AdapterVecEnv(factory, num_envs, device, **vectorizer_kwargs)

@@ -18,13 +18,13 @@ import torch
 from hypermappo.envs.vec import VecEnv
 from hypermappo.errors import UserError
 
-# prefix -> (module, one-line description)
+# prefix -> ("module" or "module:function" (default function: make), one-line description)
 BACKENDS: dict[str, tuple[str, str]] = {
     "matrix": ("hypermappo.envs.matrix", "repeated matrix games, batched in torch"),
     "staghunt": ("hypermappo.envs.staghunt", "stag-hunt gridworld, batched in torch"),
     "mpe": ("hypermappo.envs.mpe_torch", "MPE scenarios re-implemented batched in torch (mpe2 semantics)"),
-    "mpe2": ("hypermappo.envs.pettingzoo", "mpe2 PettingZoo envs through the PettingZoo adapter"),
-    "pettingzoo": ("hypermappo.envs.pettingzoo", "any PettingZoo ParallelEnv factory `module:function`"),
+    "mpe2": ("hypermappo.envs.pettingzoo:make_mpe2", "mpe2 PettingZoo envs through the PettingZoo adapter"),
+    "pettingzoo": ("hypermappo.envs.pettingzoo:make_pettingzoo", "any PettingZoo ParallelEnv factory `module:function`"),
     "vmas": ("hypermappo.envs.vmas", "VMAS scenarios (batched torch)"),
     "gym": ("hypermappo.envs.gym_multiagent", "Gymnasium multi-agent envs with tuple spaces (lbforaging, rware)"),
     "smax": ("hypermappo.envs.smax", "SMAX from JaxMARL (optional extra `hypermappo[smax]`)"),
@@ -45,9 +45,10 @@ def make_env(env: str, num_envs: int, device: str | torch.device = "cpu", **kwar
     if num_envs < 1:
         raise UserError(f"num_envs must be >= 1, got {num_envs}")
     prefix, rest = split_env_string(env)
-    module = importlib.import_module(BACKENDS[prefix][0])
+    module_name, _, function = BACKENDS[prefix][0].partition(":")
+    make = getattr(importlib.import_module(module_name), function or "make")
     try:
-        return module.make(rest, num_envs=num_envs, device=torch.device(device), **kwargs)
+        return make(rest, num_envs=num_envs, device=torch.device(device), **kwargs)
     except TypeError as e:  # an env kwarg the backend does not take is a user mistake
         if "unexpected keyword argument" in str(e):
             bad = str(e).split("argument")[-1].strip()
