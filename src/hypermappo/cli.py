@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--metric", default="eval_return_mean", help="final-score column of metrics.csv")
 
     add("presets", "list the presets under configs/")
+    add("bench", "training throughput table (benchmarks/throughput.py; `hypermappo bench --help` for its options)")
     c = add("config", "print the effective config of a preset + overrides, or every key")
     c.add_argument("preset", nargs="?")
     c.add_argument("overrides", nargs="*")
@@ -184,7 +185,27 @@ COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "sweep":
             "presets": cmd_presets, "config": cmd_config}
 
 
+def cmd_bench(argv: list[str]) -> int:
+    """Runs benchmarks/throughput.py of this source checkout, with its own options."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
+    if not path.exists():
+        raise UserError(f"bench needs a source checkout: {path} not found")
+    spec = importlib.util.spec_from_file_location("hypermappo_bench_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv, prog="hypermappo bench")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the benchmark parses its own options
+        try:
+            return cmd_bench(argv[1:])
+        except UserError as e:
+            print(f"hypermappo bench: error: {e}", file=sys.stderr)
+            return 2
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     # key=value arguments after an option (`train P --quiet seed=1`) are overrides too

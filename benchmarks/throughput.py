@@ -1,0 +1,402 @@
+"""Training throughput of the real training loop (collect + PPO update) per algorithm / actor / env / E, as a table.
+
+What one row measures, in a fresh Python process (so its memory high-water mark and RNG state are its own):
+an `Experiment` is built from the config, then warm-up iterations run untimed, then each timed iteration does
+what `Experiment.run()` does per update (`collect()`, the diagnostics when due, `algo.update()`, the
+live-component audit) and is followed by one more `algo.update()` on the same filled buffer: the *compute
+floor*, i.e. the update's forward + backward passes and optimiser steps with no collection. Interleaving the
+floor with the end-to-end iterations puts both under the same machine load, so `e2e / floor` (time per env step
+end to end over update-only time per env step) stays meaningful on a shared machine.
+
+- env-steps/s (e2e) = T x E / median over iterations of (collect + update [+ diagnostics]) seconds.
+- peak RSS = `resource.getrusage(RUSAGE_SELF).ru_maxrss` of the row's process (imports included).
+- Benchmarks run with `diagnostics.every=0 diagnostics.audit_updates=0`, except the `+diag` row, which keeps
+  the defaults (every update: per-agent KL, gradient cosine, SND; audit after 3 updates) to show their cost.
+- MAPPO reference hyperparameters: rollout_length 25, ppo_epoch 10, one mini-batch, hidden 64,64.
+
+    python benchmarks/throughput.py                       # standard matrix, ~20 min on 2 cores
+    python benchmarks/throughput.py --quick --only 'mappo/*/1024,hyper-id/*/1024'
+    python benchmarks/throughput.py --baseline HEAD~1 --only 'mappo/vmas*'   # before/after, interleaved
+    hypermappo bench --quick                               # same code, through the CLI
+
+Writes benchmarks/results/<name>.{json,md} (default name `throughput`) and prints the Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parents[1]
+
+# MAPPO reference hyperparameters; diagnostics off (the +diag row turns them back on)
+BASE = ["rollout_length=25", "ppo.ppo_epoch=10", "ppo.num_mini_batch=1", "model.hidden_sizes=[64,64]",
+        "diagnostics.every=0", "diagnostics.audit_updates=0", "log.tensorboard=false", "log.progress=false"]
+DEFAULT_DIAG = ["diagnostics.every=1", "diagnostics.audit_updates=3"]
+VARIANTS = {
+    "mappo": ["algo=mappo", "actor=mlp"],
+    "ippo": ["algo=ippo", "actor=mlp"],
+    "hyper-id": ["algo=mappo", "actor=hyper", "hyper.context=[agent_id]"],
+    "hyper-obs-last": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last"],
+    "hyper-obs-all": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=all"],
+}
+ENVS = ["mpe:simple_spread", "vmas:simple_spread", "staghunt", "matrix:climbing", "mpe2:simple_spread_v3"]
+NUM_ENVS = [16, 128, 1024]
+SMALL_E_ONLY = {"mpe2:simple_spread_v3": 16}  # one Python env per copy: slow, and ~2 GB of envs at E=1024
+MAIN = ("mappo", "vmas:simple_spread", 1024)  # the row the must-show checks are about
+# JaxMARL IPPO-FF on MPE simple_spread: 16 envs x 128 steps, 4 epochs x 4 mini-batches, 64x64 tanh MLP
+JAXMARL = ["algo=ippo", "actor=mlp", "rollout_length=128", "ppo.ppo_epoch=4", "ppo.num_mini_batch=4",
+           "model.activation=tanh"]
+JAXMARL_SPS = 45_000  # JaxMARL's compiled figure on a 2-core CPU like ours (design.md)
+
+
+def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[str], note: str = "",
+         diag: bool = False) -> dict:
+    return {"variant": variant, "env": env, "num_envs": num_envs, "threads": threads, "diag": diag,
+            "overrides": [*BASE, *overrides, *(DEFAULT_DIAG if diag else [])], "note": note,
+            "key": f"{variant}/{env}/{num_envs}"}
+
+
+def standard_cases(threads: int) -> list[dict]:
+    cases = []
+    for env in ENVS:
+        for e in NUM_ENVS:
+            if env in SMALL_E_ONLY and e > SMALL_E_ONLY[env]:
+                continue
+            for name, overrides in VARIANTS.items():
+                cases.append(case(name, env, e, threads, overrides))
+    v, env, e = MAIN
+    if threads != 2:
+        cases.append(case(v, env, e, 2, VARIANTS[v], note="2 torch threads"))
+    cases.append(case(f"{v}+diag", env, e, threads, VARIANTS[v], diag=True,
+                      note="default diagnostics (every update) and audit"))
+    cases.append(case("ippo-jaxmarl", "mpe:simple_spread", 16, threads, JAXMARL,
+                      note="JaxMARL IPPO settings: T=128, 4 epochs x 4 mini-batches, tanh"))
+    cases.append(case("ippo-jaxmarl-noln", "mpe:simple_spread", 16, threads,
+                      [*JAXMARL, "model.layer_norm=false", "model.feature_norm=false"],
+                      note="as ippo-jaxmarl without LayerNorm (JaxMARL's network has none)"))
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------- worker side
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+def clock() -> tuple[float, float]:
+    """(wall, process CPU) seconds: CPU time is what a row costs regardless of how busy the machine is."""
+    return time.perf_counter(), time.process_time()
+
+
+def train_iteration(exp) -> list[tuple[float, float, float]]:
+    """One update of `Experiment.run()` (collect, diagnostics when due, update, audit) -> seconds of
+    (collect, update, diagnostics), as [wall, process CPU]."""
+    cfg = exp.cfg
+    t0 = clock()
+    exp.actor.eval(), exp.critic.eval()
+    exp.collect()
+    t1 = clock()
+    exp.actor.train(), exp.critic.train()
+    every = cfg.diagnostics.every
+    due = every and (exp.update + 1) % every == 0
+    if due:
+        exp.diagnostics.before_update(exp.buffer, exp.algo.recurrent)
+    t2 = clock()
+    losses = exp.algo.update(exp.buffer, exp.batch_generator)
+    t3 = clock()
+    if due:
+        exp.diagnostics.after_update(exp.buffer, exp.algo.recurrent)
+    exp.update += 1
+    exp._audit(losses)
+    t4 = clock()
+    return [(t1[i] - t0[i], t3[i] - t2[i], (t2[i] - t1[i]) + (t4[i] - t3[i])) for i in (0, 1)]
+
+
+def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: float) -> dict:
+    """Runs in the worker process; see the module docstring for what is timed."""
+    import torch
+
+    from hypermappo.config import build_config
+    from hypermappo.experiment import Experiment
+
+    rss_imports = peak_rss_mb()
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        cfg = build_config(None, [f"env={c['env']}", f"num_envs={c['num_envs']}", f"torch_threads={c['threads']}",
+                                  *c["overrides"], f"run_dir={tmp}/run"])
+        exp = Experiment(cfg, quiet=True)
+        exp._start_episodes()
+        for _ in range(warmup):
+            train_iteration(exp)
+        setup_s = time.perf_counter() - t0
+        collect, update, diag, floor = [], [], [], []
+        cpu_e2e, cpu_floor = [], []
+        start = time.perf_counter()
+        while True:  # at least `iters` updates and `min_seconds`, unless a row is so slow it hits `max_seconds`
+            (c_s, u_s, d_s), cpu = train_iteration(exp)
+            collect.append(c_s), update.append(u_s), diag.append(d_s), cpu_e2e.append(sum(cpu))
+            f0 = clock()
+            exp.algo.update(exp.buffer, exp.batch_generator)  # the floor: update only, same batch
+            f1 = clock()
+            floor.append(f1[0] - f0[0]), cpu_floor.append(f1[1] - f0[1])
+            elapsed = time.perf_counter() - start
+            if (len(collect) >= iters and elapsed >= min_seconds) or elapsed >= max_seconds:
+                break
+        exp.logger.close()
+        exp.env.close()
+    steps = cfg.rollout_length * cfg.num_envs
+    e2e = [a + b + d for a, b, d in zip(collect, update, diag)]
+    med = statistics.median
+    return {
+        **{k: c[k] for k in ("key", "variant", "env", "num_envs", "threads", "diag", "note")},
+        "num_agents": exp.spec.num_agents, "rollout_length": cfg.rollout_length, "ppo_epoch": cfg.ppo.ppo_epoch,
+        "num_mini_batch": cfg.ppo.num_mini_batch, "iterations": len(e2e), "warmup": warmup, "setup_s": setup_s,
+        "collect_s": med(collect), "update_s": med(update), "diag_s": med(diag), "e2e_s": med(e2e),
+        "floor_s": med(floor), "e2e_sps": steps / med(e2e), "floor_sps": steps / med(floor),
+        "train_sps_excl_diag": steps / med([a + b for a, b in zip(collect, update)]),
+        "e2e_over_floor": med(e2e) / med(floor), "cpu_e2e_s": med(cpu_e2e), "cpu_floor_s": med(cpu_floor),
+        "cpu_sps": steps / med(cpu_e2e), "cpu_e2e_over_floor": med(cpu_e2e) / med(cpu_floor),
+        "peak_rss_mb": peak_rss_mb(), "rss_after_imports_mb": rss_imports,
+        "all_e2e_s": e2e, "all_floor_s": floor, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- parent side
+
+
+def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: float, timeout: float,
+               src: str | None) -> dict:
+    """One row in a fresh process; `src` puts another source tree (a baseline) first on the import path."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(c), str(warmup), str(iters),
+           str(min_seconds), str(max_seconds)]
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(c["threads"])
+    if src:
+        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**c, "skipped": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        err = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}, no output"])[-1]
+        return {**c, "skipped": err[:200]}
+    return json.loads(lines[-1])
+
+
+def export_baseline(ref: str, dest: Path) -> str:
+    """`git archive REF src` into dest; returns the src directory to put on PYTHONPATH."""
+    data = subprocess.run(["git", "-C", str(REPO), "archive", ref, "src"], check=True, capture_output=True).stdout
+    tar_path = dest / "src.tar"
+    tar_path.write_bytes(data)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest, filter="data")
+    return str(dest / "src")
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        cpu = platform.processor() or platform.machine()
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "load_average_start": [round(x, 1) for x in os.getloadavg()]}
+
+
+def fmt(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def add_relative(rows: list[dict]) -> None:
+    """Each row's rate relative to MAPPO's in the same run, same env / E / threads."""
+    ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
+    for r in rows:
+        ref = ok.get(("mappo", r["env"], r["num_envs"], r["threads"]))
+        if "skipped" not in r and ref:
+            r["vs_mappo"] = r["e2e_sps"] / ref["e2e_sps"]
+
+
+def checks(rows: list[dict], threads: int) -> list[dict]:
+    """The must-show items, evaluated on this run's rows."""
+    v, env, e = MAIN
+    ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
+    main = ok.get((v, env, e, threads))
+    out = []
+    if main is None:
+        return out
+    out.append({"check": f"{v} {env} E={e}: >= 10,000 env-steps/s end to end", "value": main["e2e_sps"],
+                "passed": main["e2e_sps"] >= 10_000, "shown": f"{fmt(main['e2e_sps'])} env-steps/s"})
+    out.append({"check": f"{v} {env} E={e}: e2e time per env step <= 1.6x the update-only floor",
+                "value": main["e2e_over_floor"], "passed": main["e2e_over_floor"] <= 1.6,
+                "shown": f"{main['e2e_over_floor']:.2f}x (floor {fmt(main['floor_sps'])} env-steps/s)"})
+    for h in ("hyper-id", "hyper-obs-last"):
+        r = ok.get((h, env, e, threads))
+        if r:
+            out.append({"check": f"{h} {env} E={e}: >= 1/1.5 of MAPPO's rate", "value": r["vs_mappo"],
+                        "passed": r["vs_mappo"] >= 1 / 1.5,
+                        "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x MAPPO (needs >= 0.67x)"})
+    out.append({"check": f"{v} {env} E={e}: peak memory <= 2 GB", "value": main["peak_rss_mb"],
+                "passed": main["peak_rss_mb"] <= 2048, "shown": f"{main['peak_rss_mb']:,.0f} MB peak RSS"})
+    return out
+
+
+def markdown(rows: list[dict], meta: dict, must: list[dict], baseline: dict | None) -> str:
+    head = (f"{meta['date']}; CPU: {meta['cpu']}, {meta['cores']} cores; torch {meta['torch']} (CPU), "
+            f"{meta['threads']} torch thread(s) unless noted; Python {meta['python']}; load average "
+            f"{meta['load_average_start']} at start, {meta['load_average_end']} at end (shared machine: compare rows "
+            f"of one run, not absolute figures across machines).")
+    how = ("Each row: a fresh process runs the real `Experiment` (`collect()` + `algo.update()`), "
+           f"{meta['warmup']} warm-up update(s), then at least {meta['iters']} timed updates and "
+           f"{meta['min_seconds']:.0f} s (fewer if a row passes --max-seconds), each followed by one "
+           "update-only pass over the same buffer (the *floor*: forward + backward + optimiser steps, no "
+           "collection). Figures are medians over the timed updates. `e2e/floor` = end-to-end time per env step "
+           "over floor time per env step. T=25, 10 epochs, 1 mini-batch, hidden 64,64, diagnostics off unless "
+           "noted. `env-steps per CPU-s`: the same rate per second of the process's CPU time, which a busy machine "
+           "does not inflate (for 1 thread, about what an idle core would give). Peak RSS: the row's process "
+           "high-water mark (imports included).")
+    lines = ["# Training throughput", "", head, "", how, "", f"Reproduce: `{meta['command']}`", ""]
+    cols = ["variant", "env", "E", "thr", "env-steps/s", "collect ms", "update ms", "collect %",
+            "floor env-steps/s", "e2e/floor", "vs MAPPO", "env-steps per CPU-s", "peak RSS MB"]
+    if baseline:
+        cols += [f"before ({baseline['ref']})", "speed-up", "speed-up (CPU-s)"]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(cols) - 3)) + "|"]
+    for r in rows:
+        name = r["variant"] + (f" ({r['note']})" if r.get("note") else "")
+        if "skipped" in r:
+            lines.append(f"| {name} | {r['env']} | {r['num_envs']} | {r['threads']} | skipped: {r['skipped']} |"
+                         + " |" * (len(cols) - 5))
+            continue
+        t = r["e2e_s"]
+        cells = [name, r["env"], str(r["num_envs"]), str(r["threads"]), fmt(r["e2e_sps"]),
+                 f"{1e3 * r['collect_s']:,.0f}", f"{1e3 * (r['update_s'] + r['diag_s']):,.0f}"
+                 + (f" (diag {1e3 * r['diag_s']:,.0f})" if r["diag"] else ""),
+                 f"{100 * r['collect_s'] / t:.0f}", fmt(r["floor_sps"]), f"{r['e2e_over_floor']:.2f}",
+                 f"{r['vs_mappo']:.2f}" if "vs_mappo" in r else "", fmt(r["cpu_sps"]), f"{r['peak_rss_mb']:,.0f}"]
+        if baseline:
+            b = r.get("before")
+            b = b if b and "skipped" not in b else None
+            cells += [fmt(b["e2e_sps"]) if b else "", f"{r['e2e_sps'] / b['e2e_sps']:.2f}x" if b else "",
+                      f"{r['cpu_sps'] / b['cpu_sps']:.2f}x" if b else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    diag = [r for r in rows if r.get("diag") and "skipped" not in r]
+    for r in diag:
+        lines += ["", (f"Diagnostics cost ({r['key']}): {fmt(r['e2e_sps'])} env-steps/s with them vs "
+                      f"{fmt(r['train_sps_excl_diag'])} without their time (the `train_sps` column of metrics.csv "
+                      f"excludes it); {1e3 * r['diag_s']:,.0f} ms per update.")]
+    jax = [r for r in rows if r["variant"].startswith("ippo-jaxmarl") and "skipped" not in r]
+    for r in jax:
+        lines += ["", (f"{r['variant']}: {fmt(r['e2e_sps'])} env-steps/s = {r['e2e_sps'] / JAXMARL_SPS:.2f}x "
+                      f"JaxMARL's compiled IPPO (~{fmt(JAXMARL_SPS)} env-steps/s on a similar 2-core CPU).")]
+    if must:
+        lines += ["", "Checks:", ""]
+        lines += [f"- {'PASS' if m['passed'] else 'FAIL'}: {m['check']}: {m['shown']}" for m in must]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help="1 warm-up and >= 2 timed updates / 1 s per row (default: 2 warm-up, >= 5 timed / 4 s)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per row (default 1; the main MAPPO E=1024 row is also run with 2)")
+    p.add_argument("--only", metavar="GLOBS",
+                   help="comma-separated globs on VARIANT/ENV/E, e.g. 'mappo/vmas*/1024,hyper-*/*/128'")
+    p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override applied to every row (repeatable)")
+    p.add_argument("--baseline", metavar="GIT_REF",
+                   help="also run every row on GIT_REF's src/ (git archive), interleaved, and report speed-ups")
+    p.add_argument("--repeat", type=int, default=1, help="run every row this many times, keep the median")
+    p.add_argument("--max-seconds", type=float, default=90.0, help="stop a row's timed updates after this long")
+    p.add_argument("--timeout", type=float, default=1200.0, help="seconds per row before giving up on it")
+    p.add_argument("--out", type=Path, default=RESULTS, help="directory for the json + md")
+    p.add_argument("--name", default="throughput", help="file name stem of the outputs")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        c, warmup, iters = json.loads(argv[1]), int(argv[2]), int(argv[3])
+        print(json.dumps(measure(c, warmup, iters, float(argv[4]), float(argv[5]))))
+        return 0
+    args = parse_args(argv, prog)
+    warmup, iters, min_s = (1, 2, 1.0) if args.quick else (2, 5, 4.0)
+    cases = standard_cases(args.threads)
+    if args.only:
+        globs = [g.strip() for g in args.only.split(",") if g.strip()]
+        cases = [c for c in cases if any(fnmatch.fnmatch(c["key"], g) for g in globs)]
+    for c in cases:
+        c["overrides"] += args.extra
+    meta = {**machine(), "threads": args.threads, "warmup": warmup, "iters": iters, "min_seconds": min_s,
+            "extra_overrides": args.extra,
+            "command": (prog or "python benchmarks/throughput.py") + "".join(" " + shlex.quote(a) for a in argv)}
+    tmp = tempfile.TemporaryDirectory() if args.baseline else None
+    baseline = {"ref": args.baseline, "src": export_baseline(args.baseline, Path(tmp.name))} if tmp else None
+    rows = []
+    for c in cases:
+        mine, before = [], []
+        for i in range(args.repeat):
+            order = [None, baseline["src"]] if baseline and i % 2 else [baseline["src"], None] if baseline else [None]
+            for src in order:  # alternate which goes first, so drifting load does not favour one side
+                r = run_worker(c, warmup, iters, min_s, args.max_seconds, args.timeout, src)
+                (before if src else mine).append(r)
+        row = _median_row(mine)
+        if baseline:
+            row["before"] = _median_row(before)
+        rows.append(row)
+        status = row.get("skipped") or (f"{fmt(row['e2e_sps'])} env-steps/s, e2e/floor {row['e2e_over_floor']:.2f}, "
+                                        f"peak {row['peak_rss_mb']:,.0f} MB")
+        if baseline and "skipped" not in row and "skipped" not in row["before"]:
+            b = row["before"]
+            status += (f", before {fmt(b['e2e_sps'])} ({row['e2e_sps'] / b['e2e_sps']:.2f}x wall, "
+                       f"{row['cpu_sps'] / b['cpu_sps']:.2f}x CPU)")
+        print(f"{c['key']} t{c['threads']}{' +diag' if c['diag'] else ''}: {status}", file=sys.stderr, flush=True)
+    if tmp:
+        tmp.cleanup()
+    meta["load_average_end"] = [round(x, 1) for x in os.getloadavg()]
+    add_relative(rows)
+    must = checks(rows, args.threads)
+    text = markdown(rows, meta, must, baseline and {"ref": baseline["ref"]})
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows, "checks": must}, indent=2))
+    (args.out / f"{args.name}.md").write_text(text)
+    return 0
+
+
+def _median_row(rows: list[dict]) -> dict:
+    ok = sorted((r for r in rows if "skipped" not in r), key=lambda r: r["e2e_sps"])
+    if not ok:
+        return rows[0]
+    row = dict(ok[len(ok) // 2])
+    if len(rows) > 1:
+        row["repeats_e2e_sps"] = [r.get("e2e_sps") for r in rows]
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())
