@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_one(algo: str, seed: int, args) -> dict:
     run_dir = Path(args.runs) / f"{algo}_s{seed}"
-    if (run_dir / "summary.json").exists() and not args.fresh:
+    if args.report_only:
+        pass
+    elif (run_dir / "summary.json").exists() and not args.fresh:
         print(f"[skip] {run_dir} already finished", flush=True)
     else:
         if run_dir.exists():
@@ -44,15 +46,23 @@ def run_one(algo: str, seed: int, args) -> dict:
         t = time.time()
         subprocess.run(cmd, check=True, cwd=ROOT)
         print(f"[done] {algo} seed {seed} in {time.time() - t:.0f}s", flush=True)
-    summary = json.loads((run_dir / "summary.json").read_text())
     with (run_dir / "metrics.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if r.get("eval_return_mean")]
+        all_rows = list(csv.DictReader(f))
+    rows = [r for r in all_rows if r.get("eval_return_mean")]
+    if (run_dir / "summary.json").exists():
+        summary = json.loads((run_dir / "summary.json").read_text())
+    else:  # still running: wall time and rate from its rows so far
+        summary = {"wall_s": sum(float(r["collect_s"]) + float(r["update_s"]) for r in all_rows),
+                   "train_sps": float(all_rows[-1]["env_steps"]) / sum(float(r["collect_s"]) + float(r["update_s"])
+                                                                      for r in all_rows),
+                   "unfinished_at": int(all_rows[-1]["env_steps"])}
     evals = {int(r["env_steps"]): float(r["eval_return_mean"]) for r in rows}
     at = {}
     for m in args.milestones:
         reached = [s for s in evals if s >= m]
         at[m] = evals[min(reached)] if reached else None
-    return {"algo": algo, "seed": seed, "eval_at": at, "wall_s": summary["wall_s"], "train_sps": summary["train_sps"]}
+    return {"algo": algo, "seed": seed, "eval_at": at, "wall_s": summary["wall_s"], "train_sps": summary["train_sps"],
+            "unfinished_at": summary.get("unfinished_at")}
 
 
 def main():
@@ -73,8 +83,8 @@ def main():
     args = p.parse_args()
     args.milestones = [int(float(m)) for m in args.milestones.split(",") if int(float(m)) <= args.steps]
     jobs = [(a, int(s)) for s in args.seeds.split(",") for a in args.algos.split(",")]  # seeds interleaved
-    if args.report_only:
-        jobs = [j for j in jobs if (Path(args.runs) / f"{j[0]}_s{j[1]}" / "summary.json").exists()]
+    if args.report_only:  # finished runs, and runs still going (reported up to the milestones they reached)
+        jobs = [j for j in jobs if (Path(args.runs) / f"{j[0]}_s{j[1]}" / "metrics.csv").exists()]
     with ThreadPoolExecutor(args.workers) as pool:
         results = list(pool.map(lambda j: run_one(*j, args), jobs))
 
@@ -82,6 +92,7 @@ def main():
              + " | wall time per run (s) | env-steps/s |",
              "|---|" + "---|" * len(args.milestones) + "---|---|"]
     table = {}
+    notes = []
     for algo in args.algos.split(","):
         rs = [r for r in results if r["algo"] == algo]
         if not rs:
@@ -92,10 +103,14 @@ def main():
             table.setdefault(algo, {})[m] = vals
             cells.append(f"{np.mean(vals):.2f} ± {np.std(vals):.2f} ({', '.join(f'{v:.1f}' for v in vals)})"
                          if vals else "n/a")
-        wall = np.mean([r["wall_s"] for r in rs])
+        done = [r for r in rs if r["unfinished_at"] is None]
+        wall = f"{np.mean([r['wall_s'] for r in done]):.0f}" if done else "n/a"
         sps = np.mean([r["train_sps"] for r in rs])
-        lines.append(f"| {algo} | " + " | ".join(cells) + f" | {wall:.0f} | {sps:,.0f} |")
-    md = "\n".join(lines)
+        lines.append(f"| {algo} | " + " | ".join(cells) + f" | {wall} | {sps:,.0f} |")
+        for r in rs:
+            if r["unfinished_at"] is not None:
+                notes.append(f"{algo} seed {r['seed']} was still training at {r['unfinished_at']:,} env steps")
+    md = "\n".join(lines + ([""] + [f"- {n} when this table was made" for n in notes] if notes else []))
     print(md)
     counts = ", ".join(f"{a}: {sum(r['algo'] == a for r in results)}" for a in args.algos.split(","))
     print(f"\nseeds per algo ({counts}); mean ± std (per-seed values), {args.eval_episodes} deterministic "
