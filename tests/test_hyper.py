@@ -137,3 +137,18 @@ def test_snd_is_zero_for_identical_agents_and_positive_for_different_ones():
     assert system_neural_diversity(separate, pool, 3, spec.action_space) > 0.01
     p = torch.tensor([1.0, 0.0])
     assert js_distance(p, torch.tensor([0.0, 1.0])).item() == pytest.approx(1.0)
+
+
+def test_full_output_starts_at_mappo_init_gains():
+    """hyper.output=full: each generated layer starts orthogonal with MAPPO's gain for that layer (model.gain,
+    model.policy_gain on the head), so the first policy is as near-uniform as MAPPO's, not sharply peaked."""
+    spec = _spec()
+    cfg = build_config(None, ["actor=hyper", "hyper.output=full"])
+    mlp = build_actor("mlp", spec, cfg)
+    hyper = build_actor("hyper", spec, cfg)
+    mlp_layers = list(mlp.trunk.linears) + [mlp.head]
+    for gen, i in zip(hyper.hyper.generators, hyper.generated, strict=True):
+        assert torch.allclose(gen.w.bias.norm(), mlp_layers[i].weight.norm(), rtol=1e-4), f"layer {i}"
+    with torch.no_grad():
+        entropy = hyper(torch.randn(32, 3, spec.obs_dim), None, None, None).dist.entropy()
+    assert entropy.min() > torch.log(torch.tensor(5.0)) - 1e-3
