@@ -9,6 +9,7 @@ step, recurrent states, counters and the logger position.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -40,6 +41,25 @@ CHECKPOINTS_KEPT = 2
 
 def set_threads(n: int) -> None:
     torch.set_num_threads(n if n > 0 else max(1, min(4, os.cpu_count() or 1)))
+
+
+def keep_freed_memory() -> None:
+    """glibc only: serve large tensors from the heap and do not hand freed memory back to the OS.
+
+    By default glibc gives each large tensor a fresh mmap and unmaps it on free, so every op's
+    output in the update is page-faulted in again (~40,000 faults per update at E=1024, ~10% of its
+    CPU time). Training reuses the same sizes every update, so keeping the memory costs no peak RSS.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
+    mallopt(m_mmap_max, 0)
+    mallopt(m_trim_threshold, 1 << 30)
 
 
 def seed_everything(seed: int) -> None:
@@ -75,6 +95,7 @@ class Experiment:
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"device: {cfg.device!r} asked for, but this machine has no CUDA device")
         set_threads(cfg.torch_threads)
+        keep_freed_memory()
         seed_everything(cfg.seed)
 
         self.env = make_env(cfg.env, cfg.num_envs, self.device, **cfg.env_kwargs)

@@ -30,12 +30,17 @@ class AgentLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., N, in] -> [..., N, out]."""
+        w = self.weight  # [G, in, out]
+        if self.out_features < self.in_features:
+            # the same product through an [out, in] copy of the (small) weight: for narrow outputs such as a
+            # policy head, MKL runs this layout ~2x faster forward and ~8x faster for the weight gradient
+            w = w.transpose(1, 2).contiguous().transpose(1, 2)
         if self.groups == 1:
-            y = torch.addmm(self.bias[0], x.reshape(-1, self.in_features), self.weight[0])
+            y = torch.addmm(self.bias[0], x.reshape(-1, self.in_features), w[0])
             return y.reshape(*x.shape[:-1], self.out_features)
         n = x.shape[-2]
         xt = x.reshape(-1, n, self.in_features).transpose(0, 1)  # [N, B, in]
-        y = torch.baddbmm(self.bias.unsqueeze(1), xt, self.weight)  # [N, B, out]
+        y = torch.baddbmm(self.bias.unsqueeze(1), xt, w)  # [N, B, out]
         return y.transpose(0, 1).reshape(*x.shape[:-1], self.out_features)
 
 

@@ -9,8 +9,9 @@ have moved, the layers before them).
 
 Compute is batched over envs x agents: when the context is agent identity alone, delta depends on
 the agent only, so the N per-agent weight matrices are formed once and applied with one batched
-matmul; otherwise per-sample weights are applied with one einsum (or two thin matmuls when
-`hyper.rank > 0`).
+matmul per layer, in an agent-major layout `[N, samples, features]` so no layer's activations are
+transposed; otherwise per-sample weights are applied with one per-sample matmul (or two thin ones
+when `hyper.rank > 0`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import copy
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from hypermappo.models.actor import ActorOut, agent_onehot
-from hypermappo.models.agent_layers import AgentGRUCell, AgentLinear
+from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.mlp import MLPActor
 
@@ -81,8 +83,7 @@ class ContextEncoder(nn.Module):
             enc = self.obs_encoder(obs)  # [..., N, H]
             if self.aggregation == "attention":
                 flat = enc.reshape(-1, self.n, enc.shape[-1])  # [B, N, H]: own encoding queries all agents
-                att, _ = self.attention(flat, flat, flat, need_weights=False)
-                parts += [enc, att.reshape(enc.shape)]
+                parts += [enc, self._attend(flat).reshape(enc.shape)]
             elif self.aggregation == "mean":
                 parts += [enc, enc.mean(-2, keepdim=True).expand_as(enc)]
             else:
@@ -106,6 +107,46 @@ class ContextEncoder(nn.Module):
         if reset is not None:
             h = h * (~reset).unsqueeze(-1).to(h.dtype)
         return self.history_gru(x, h)
+
+    def _attend(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, N, H] -> self-attention over the N agents [B, N, H]: `self.attention`'s parameters and maths
+        (bit-identical output), without nn.MultiheadAttention's wrapper, whose batch-first transposes and
+        zero-filled gradients of the packed q/k/v projection cost more than the attention itself when the
+        sequence is a handful of agents."""
+        a = self.attention
+        b, n, e = x.shape
+        qkv = F.linear(x, a.in_proj_weight, a.in_proj_bias)  # [B, N, 3H]
+        q, k, v = qkv.view(b, n, 3, a.num_heads, e // a.num_heads).permute(2, 0, 3, 1, 4).unbind(0)  # [B, h, N, d]
+        out = F.scaled_dot_product_attention(q, k, v)  # [B, h, N, d]
+        return F.linear(out.transpose(1, 2).reshape(b, n, e), a.out_proj.weight, a.out_proj.bias)
+
+
+class _PerSampleMatmul(torch.autograd.Function):
+    """y[s] = x[s] @ W[s] for every sample s: x [S, in], W [S, in, out] -> [S, out].
+
+    The forward is the bmm einsum would run; the backward forms dL/dW as a broadcast outer product
+    instead of a bmm with inner size 1, which runs several times slower on CPU (same values)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return torch.bmm(x.unsqueeze(1), w).squeeze(1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        grad_x = torch.bmm(w, grad.unsqueeze(2)).squeeze(2) if ctx.needs_input_grad[0] else None
+        grad_w = x.unsqueeze(2) * grad.unsqueeze(1) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w
+
+
+def per_sample_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [..., in] @ w [..., in, out] -> [..., out], one matrix per sample (same leading dims)."""
+    if x.shape[:-1] != w.shape[:-2]:  # broadcasting leading dims: not on the hot path
+        return torch.einsum("...i,...io->...o", x, w)
+    lead = x.shape[:-1]
+    y = _PerSampleMatmul.apply(x.reshape(-1, x.shape[-1]), w.reshape(-1, *w.shape[-2:]))
+    return y.reshape(*lead, w.shape[-1])
 
 
 class WeightGenerator(nn.Module):
@@ -221,21 +262,46 @@ class HyperActor(MLPActor):
 
     # -------------------------------------------------------------- forward
 
-    def _apply_layer(self, lin: AgentLinear, x: torch.Tensor, gen: dict | None, static: bool) -> torch.Tensor:
+    def _apply_layer(self, lin: AgentLinear, x: torch.Tensor, gen: dict | None) -> torch.Tensor:
+        """Per-sample generated increments: x [..., N, in] -> [..., N, out]."""
         if gen is None:
             return lin(x)
-        if static:  # delta per agent only: form N weight matrices once, one batched matmul
-            dW = gen["W"] if "W" in gen else gen["U"] @ gen["V"]  # [N, in, out]
-            W = lin.weight + dW  # (shared base [1, in, out] broadcasts)
-            b = lin.bias + gen["b"]
-            n = x.shape[-2]
-            xt = x.reshape(-1, n, lin.in_features).transpose(0, 1)  # [N, B, in]
-            y = torch.baddbmm(b.unsqueeze(1), xt, W)
-            return y.transpose(0, 1).reshape(*x.shape[:-1], lin.out_features)
         y = lin(x) + gen["b"]
         if "W" in gen:
-            return y + torch.einsum("...i,...io->...o", x, gen["W"])
-        return y + torch.einsum("...r,...ro->...o", torch.einsum("...i,...ir->...r", x, gen["U"]), gen["V"])
+            return y + per_sample_matmul(x, gen["W"])
+        return y + per_sample_matmul(per_sample_matmul(x, gen["U"]), gen["V"])
+
+    @staticmethod
+    def _agent_major_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None) -> torch.Tensor:
+        """Per-agent increments (static context): x [N, B, in] -> [N, B, out], one batched matmul."""
+        if gen is None and lin.groups == 1:
+            return lin(x)  # shared weights: layout-agnostic
+        W, b = lin.weight, lin.bias  # [G, in, out], [G, out]
+        if gen is not None:
+            W = W + (gen["W"] if "W" in gen else gen["U"] @ gen["V"])  # [N, in, out] (a shared base broadcasts)
+            b = b + gen["b"]
+        if lin.out_features < lin.in_features:  # AgentLinear's faster layout for narrow outputs (same values)
+            W = W.transpose(1, 2).contiguous().transpose(1, 2)
+        return torch.baddbmm(b.unsqueeze(1), x, W)
+
+    @staticmethod
+    def _agent_major_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(norm, AgentLayerNorm) and norm.groups > 1:  # per-agent affine: [N, F] -> [N, 1, F]
+            return F.layer_norm(x, (norm.features,), eps=norm.eps) * norm.weight.unsqueeze(1) + norm.bias.unsqueeze(1)
+        return norm(x)  # shared LayerNorm or Identity: layout-agnostic
+
+    def _static_layers(self, x: torch.Tensor, by_layer: dict, scales: list) -> torch.Tensor:
+        """x [..., N, in] -> logits [..., N, A] in the agent-major layout [N, B, ...]: only the input and the
+        logits are transposed, not every hidden layer's activations (and their gradients)."""
+        t = self.trunk
+        lead, n = x.shape[:-2], x.shape[-2]
+        x = x.reshape(-1, n, x.shape[-1]).transpose(0, 1).contiguous()  # [N, B, in]
+        for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
+            x = self._agent_major_norm(norm, t.act(self._agent_major_layer(lin, x, by_layer.get(i))))
+            if scales:
+                x = x * scales[i].unsqueeze(1)  # per agent [N, units]
+        logits = self._agent_major_layer(self.head, x, by_layer.get(len(t.linears)))  # [N, B, A]
+        return logits.transpose(0, 1).reshape(*lead, n, logits.shape[-1])
 
     def generate(self, obs, hidden=None, reset=None, sequence=False, net: HyperNetwork | None = None):
         """-> (per-layer generated tensors, per-unit scales, new history state). With an agent-id-only
@@ -254,11 +320,14 @@ class HyperActor(MLPActor):
         t = self.trunk
         if t.feature_norm is not None:
             x = t.feature_norm(x)
-        for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
-            x = norm(t.act(self._apply_layer(lin, x, by_layer.get(i), static)))
-            if scales:
-                x = x * scales[i]
-        logits = self._apply_layer(self.head, x, by_layer.get(len(t.linears)), static)
+        if static:
+            logits = self._static_layers(x, by_layer, scales)
+        else:
+            for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
+                x = norm(t.act(self._apply_layer(lin, x, by_layer.get(i))))
+                if scales:
+                    x = x * scales[i]
+            logits = self._apply_layer(self.head, x, by_layer.get(len(t.linears)))
         dist = make_dist(self.action_space, logits, available, self.log_std)
         return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
 
