@@ -59,6 +59,8 @@ class PPOConfig:
                                           "(the reference code treats truncation as terminal)")
     data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
+    compile: bool = opt(False, "torch.compile the loss (forward + backward): ~8-15% faster updates on a 2-core "
+                               "CPU after 20-60 s of compiling; float-level differences only")
 
 
 @dataclass

@@ -45,12 +45,14 @@ class RolloutBuffer:
     @torch.no_grad()
     def compute_gae(self, values: torch.Tensor, last_values: torch.Tensor, gamma: float, lam: float) -> None:
         """values [T, E, N] and last_values [E, N] in *unnormalised* units -> advantages, returns."""
+        # every step's delta at once (the same elementwise ops as one step at a time); only the recursion loops
+        next_values = torch.cat([values[1:], last_values.unsqueeze(0)])  # [T, E, N]
+        nextnonterminal = 1.0 - self.dones.float()
+        delta = self.rewards + gamma * next_values * nextnonterminal - values
+        decay = gamma * lam * nextnonterminal
         lastgaelam = torch.zeros_like(last_values)
         for t in reversed(range(self.T)):
-            next_values = last_values if t == self.T - 1 else values[t + 1]
-            nextnonterminal = 1.0 - self.dones[t].float()
-            delta = self.rewards[t] + gamma * next_values * nextnonterminal - values[t]
-            lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+            lastgaelam = delta[t] + decay[t] * lastgaelam
             self.advantages[t] = lastgaelam
         self.returns.copy_(self.advantages + values)
 
