@@ -12,6 +12,7 @@ from hypermappo.diagnostics import DeadComponentError, js_distance, system_neura
 from hypermappo.envs.vec import EnvSpec
 from hypermappo.experiment import Experiment
 from hypermappo.models.actor import build_actor
+from hypermappo.models.distributions import make_dist
 from hypermappo.models.hyper import ContextEncoder
 
 
@@ -152,3 +153,57 @@ def test_full_output_starts_at_mappo_init_gains():
     with torch.no_grad():
         entropy = hyper(torch.randn(32, 3, spec.obs_dim), None, None, None).dist.entropy()
     assert entropy.min() > torch.log(torch.tensor(5.0)) - 1e-3
+
+
+@pytest.mark.parametrize("overrides", [["hyper.context=obs"], ["hyper.context=obs", "hyper.layers=last"],
+                                       ["hyper.context=agent_id,obs,history", "hyper.output=full"]],
+                         ids=lambda o: " ".join(o))
+def test_factored_generation_equals_explicit_weights(overrides):
+    """Per-sample generation never forms W(z); its outputs, ||delta|| and ||delta - delta'|| (also against
+    a target net) must equal those of the explicit per-sample weights."""
+    spec = _spec()
+    cfg = build_config(None, ["actor=hyper", "hyper.target=hard", *overrides])
+    torch.manual_seed(3)
+    actor = build_actor("hyper", spec, cfg).double()
+    with torch.no_grad():  # move the zero-initialised heads so delta is not trivially 0
+        for p in actor.hyper.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        for p in actor.target.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    assert actor.hyper.factored
+    obs, obs2 = torch.randn(2, 5, 4, 3, spec.obs_dim, dtype=torch.float64)
+    hidden = torch.randn(5, 4, 3, actor.hidden_size, dtype=torch.float64) if actor.hidden_size else None
+    out = actor(obs, None, hidden, None)
+    gens, gens2 = out.aux["gens"], actor.generate(obs2, hidden)[0]
+    tgens = actor.generate(obs, hidden, net=actor.target)[0]
+    assert "code" in gens[0] and "W" not in gens[0]
+
+    def explicit(net, o):
+        ctx, _ = net.context(o, hidden)
+        return [g(net.mlp(ctx), False) for g in net.generators]
+
+    ex, ex2, ext = explicit(actor.hyper, obs), explicit(actor.hyper, obs2), explicit(actor.target, obs)
+    flat = actor._flat_delta
+    torch.testing.assert_close(actor._delta_sq_norm(gens), flat(ex).pow(2).sum(-1))
+    torch.testing.assert_close(actor._delta_sq_dist(gens, gens2), (flat(ex) - flat(ex2)).pow(2).sum(-1))
+    torch.testing.assert_close(actor._delta_sq_dist(gens, tgens, actor.target), (flat(ex) - flat(ext)).pow(2).sum(-1))
+    # the forward pass with explicit per-sample weights gives the same logits
+    x = actor.trunk.feature_norm(actor.actor_input(obs)) if actor.trunk.feature_norm is not None else obs
+    by_layer = dict(zip(actor.generated, ex))
+    for i, (lin, norm) in enumerate(zip(actor.trunk.linears, actor.trunk.norms)):
+        x = norm(actor.trunk.act(actor._apply_layer(lin, x, by_layer.get(i))))
+    logits = actor._apply_layer(actor.head, x, by_layer.get(len(actor.trunk.linears)))
+    torch.testing.assert_close(out.dist.params(), make_dist(spec.action_space, logits, None, None).params())
+
+
+def test_rank_one_fast_path_equals_the_low_rank_product():
+    spec = _spec()
+    cfg = build_config(None, ["actor=hyper", "hyper.context=obs", "hyper.rank=1", "hyper.layers=last"])
+    torch.manual_seed(4)
+    actor = build_actor("hyper", spec, cfg).double()
+    x = torch.randn(5, 3, actor.head.in_features, dtype=torch.float64)
+    gen = {"U": torch.randn(5, 3, actor.head.in_features, 1, dtype=torch.float64),
+           "V": torch.randn(5, 3, 1, actor.head.out_features, dtype=torch.float64),
+           "b": torch.randn(5, 3, actor.head.out_features, dtype=torch.float64)}
+    expected = actor.head(x) + gen["b"] + torch.einsum("sni,snir,snro->sno", x, gen["U"], gen["V"])
+    torch.testing.assert_close(actor._apply_layer(actor.head, x, gen), expected)
