@@ -43,6 +43,9 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
 
+# observation contexts as benchmarks/ablation.py runs them: 16-wide attention encoder and hypernetwork, rank-1
+# increments (the defaults, 64-wide and full rank, are the hyper-obs-last-wide row)
+LEAN_OBS = ["hyper.obs_embed_dim=16", "hyper.hidden=16", "hyper.rank=1"]
 # MAPPO reference hyperparameters; diagnostics off (the +diag row turns them back on)
 BASE = ["rollout_length=25", "ppo.ppo_epoch=10", "ppo.num_mini_batch=1", "model.hidden_sizes=[64,64]",
         "diagnostics.every=0", "diagnostics.audit_updates=0", "log.tensorboard=false", "log.progress=false"]
@@ -51,9 +54,11 @@ VARIANTS = {
     "mappo": ["algo=mappo", "actor=mlp"],
     "ippo": ["algo=ippo", "actor=mlp"],
     "hyper-id": ["algo=mappo", "actor=hyper", "hyper.context=[agent_id]"],
-    "hyper-obs-last": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last"],
-    "hyper-obs-all": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=all"],
+    "hyper-obs-last": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last", *LEAN_OBS],
+    "hyper-obs-all": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=all", *LEAN_OBS],
 }
+# the same observation context at the config defaults (64-wide encoder and hypernetwork, full-rank increments)
+WIDE_OBS = ("hyper-obs-last-wide", ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last"])
 ENVS = ["mpe:simple_spread", "vmas:simple_spread", "staghunt", "matrix:climbing", "mpe2:simple_spread_v3"]
 NUM_ENVS = [16, 128, 1024]
 SMALL_E_ONLY = {"mpe2:simple_spread_v3": 16}  # one Python env per copy: slow, and ~2 GB of envs at E=1024
@@ -80,8 +85,10 @@ def standard_cases(threads: int) -> list[dict]:
             for name, overrides in VARIANTS.items():
                 cases.append(case(name, env, e, threads, overrides))
     v, env, e = MAIN
-    if threads != 2:
-        cases.append(case(v, env, e, 2, VARIANTS[v], note="2 torch threads"))
+    cases.append(case(*WIDE_OBS[:1], env, e, threads, WIDE_OBS[1], note="64-wide, full rank: the defaults"))
+    if threads != 1:
+        for name in ("mappo", "hyper-id", "hyper-obs-last"):
+            cases.append(case(name, env, e, 1, VARIANTS[name], note="1 torch thread"))
     cases.append(case(f"{v}+diag", env, e, threads, VARIANTS[v], diag=True,
                       note="default diagnostics (every update) and audit"))
     cases.append(case("ippo-jaxmarl", "mpe:simple_spread", 16, threads, JAXMARL,
@@ -321,8 +328,9 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
                    help="1 warm-up and >= 2 timed updates / 1 s per row (default: 2 warm-up, >= 5 timed / 4 s)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads per row (default 1; the main MAPPO E=1024 row is also run with 2)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads per row (default 0 = the library's default: the cores this process may use, "
+                        "at most 4); the main E=1024 rows are also run with 1")
     p.add_argument("--only", metavar="GLOBS",
                    help="comma-separated globs on VARIANT/ENV/E, e.g. 'mappo/vmas*/1024,hyper-*/*/128'")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
@@ -345,6 +353,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
     args = parse_args(argv, prog)
     warmup, iters, min_s = (1, 2, 1.0) if args.quick else (2, 5, 4.0)
+    from hypermappo.experiment import resolve_threads
+
+    args.threads = resolve_threads(args.threads)
     cases = standard_cases(args.threads)
     if args.only:
         globs = [g.strip() for g in args.only.split(",") if g.strip()]

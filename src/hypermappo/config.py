@@ -158,8 +158,9 @@ class Config:
     num_envs: int = opt(128, "parallel environments E", min=1)
     rollout_length: int = opt(25, "steps per env per update T", min=1)
     device: str = opt("cpu", "torch device: cpu, cuda, cuda:0, ...")
-    torch_threads: int = opt(1, "torch intra-op threads (0 = number of cores, at most 4); 1 is fastest for "
-                                "these small networks on a busy 2-core CPU", min=0)
+    torch_threads: int = opt(0, "torch intra-op threads; 0 = the cores this process may use (at most 4). Sweeps "
+                                "split the cores between parallel runs; on a machine busy with other work, 1 "
+                                "avoids threads waiting on each other", min=0)
     eval_interval: int = opt(0, "evaluate every this many updates (0 = only at the end)", min=0)
     eval_at_steps: list[int] = opt([], "also evaluate at the first update reaching each of these env steps")
     eval_episodes: int = opt(32, "episodes per evaluation (run in parallel, deterministic actions)", min=1)

@@ -39,8 +39,17 @@ from hypermappo.storage.rollout import RolloutBuffer
 CHECKPOINTS_KEPT = 2
 
 
+def resolve_threads(n: int) -> int:
+    """`torch_threads` as a count: 0 means the cores this process may use, at most 4 (more rarely pays
+    for networks this small)."""
+    if n > 0:
+        return n
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
+
+
 def set_threads(n: int) -> None:
-    torch.set_num_threads(n if n > 0 else max(1, min(4, os.cpu_count() or 1)))
+    torch.set_num_threads(resolve_threads(n))
 
 
 def keep_freed_memory() -> None:
