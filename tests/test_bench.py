@@ -20,7 +20,8 @@ def _harness():
 
 def test_harness_measures_one_config_and_writes_json_and_markdown(tmp_path):
     bench = _harness()
-    code = bench.main(["--quick", "--threads", "1", "--only", "mappo/matrix:climbing/16", "--out", str(tmp_path), "--name", "t"])
+    code = bench.main(["--quick", "--threads", "1", "--only", "mappo/matrix:climbing/16", "--out", str(tmp_path),
+                       "--name", "t"])
     assert code == 0
     data = json.loads((tmp_path / "t.json").read_text())
     (row,) = data["rows"]

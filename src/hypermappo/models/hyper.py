@@ -10,8 +10,8 @@ have moved, the layers before them).
 Compute is batched over envs x agents: when the context is agent identity alone, delta depends on
 the agent only, so the N per-agent weight matrices are formed once and applied with one batched
 matmul per layer, in an agent-major layout `[N, samples, features]` so no layer's activations are
-transposed; otherwise per-sample weights are applied with one per-sample matmul (or two thin ones
-when `hyper.rank > 0`).
+transposed; otherwise the generated part is computed factored (see `WeightGenerator`): one dense
+matmul of each layer's input against the generator's weights, no per-sample weight matrices.
 """
 
 from __future__ import annotations
@@ -109,55 +109,39 @@ class ContextEncoder(nn.Module):
         return self.history_gru(x, h)
 
     def _attend(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, N, H] -> self-attention over the N agents [B, N, H]: `self.attention`'s parameters and maths
-        (bit-identical output), without nn.MultiheadAttention's wrapper, whose batch-first transposes and
-        zero-filled gradients of the packed q/k/v projection cost more than the attention itself when the
-        sequence is a handful of agents."""
+        """x [B, N, H] -> self-attention over the N agents [B, N, H], with `self.attention`'s parameters and
+        maths (equal to nn.MultiheadAttention up to float rounding; tested). With N a handful of agents the
+        per-(sample, head) kernels of scaled_dot_product_attention are mostly overhead (4x slower than this at
+        4 heads); here every step is one elementwise op or one dense matmul over all pairs (query i, key j):
+        per-head dot products are a matmul of q_i * k_j with a 0/1 head-indicator matrix."""
         a = self.attention
         b, n, e = x.shape
-        qkv = F.linear(x, a.in_proj_weight, a.in_proj_bias)  # [B, N, 3H]
-        q, k, v = qkv.view(b, n, 3, a.num_heads, e // a.num_heads).permute(2, 0, 3, 1, 4).unbind(0)  # [B, h, N, d]
-        out = F.scaled_dot_product_attention(q, k, v)  # [B, h, N, d]
-        return F.linear(out.transpose(1, 2).reshape(b, n, e), a.out_proj.weight, a.out_proj.bias)
-
-
-class _PerSampleMatmul(torch.autograd.Function):
-    """y[s] = x[s] @ W[s] for every sample s: x [S, in], W [S, in, out] -> [S, out].
-
-    The forward is the bmm einsum would run; the backward forms dL/dW as a broadcast outer product
-    instead of a bmm with inner size 1, which runs several times slower on CPU (same values)."""
-
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return torch.bmm(x.unsqueeze(1), w).squeeze(1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, w = ctx.saved_tensors
-        grad_x = torch.bmm(w, grad.unsqueeze(2)).squeeze(2) if ctx.needs_input_grad[0] else None
-        grad_w = x.unsqueeze(2) * grad.unsqueeze(1) if ctx.needs_input_grad[1] else None
-        return grad_x, grad_w
+        heads = a.num_heads
+        q, k, v = F.linear(x, a.in_proj_weight, a.in_proj_bias).unflatten(-1, (3, e)).unbind(-2)  # [B, N, E]
+        indicator = torch.zeros(e, heads, dtype=x.dtype, device=x.device)
+        indicator[torch.arange(e, device=x.device), torch.arange(e, device=x.device) // (e // heads)] = 1.0
+        pairs = q.unsqueeze(2) * (k * (e // heads) ** -0.5).unsqueeze(1)  # [B, Nq, Nk, E]
+        weights = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads).softmax(2)  # over keys
+        weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
+        out = (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
+        return F.linear(out, a.out_proj.weight, a.out_proj.bias)
 
 
 def per_sample_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [..., in] @ w [..., in, out] -> [..., out], one matrix per sample (same leading dims)."""
-    if x.shape[:-1] != w.shape[:-2]:  # broadcasting leading dims: not on the hot path
-        return torch.einsum("...i,...io->...o", x, w)
-    lead = x.shape[:-1]
-    y = _PerSampleMatmul.apply(x.reshape(-1, x.shape[-1]), w.reshape(-1, *w.shape[-2:]))
-    return y.reshape(*lead, w.shape[-1])
+    """x [..., in] @ w [..., in, out] -> [..., out], one matrix per sample: the explicit form, which the
+    factored computation in `WeightGenerator` replaces on the training path (kept as its reference)."""
+    return torch.einsum("...i,...io->...o", x, w)
 
 
 class WeightGenerator(nn.Module):
     """Context code z -> delta (W [.., in, out], b [.., out]) for one generated layer; zero-initialised output.
 
-    Full-rank per-sample generation is *factored*: delta is linear in the code c = [z, 1], so the layer's
-    generated part x @ W(z) + b(z) = sum_k c_k (x @ G_k + g_k) is one dense matmul of x against the
+    Per-sample generation is *factored*: each generated tensor is linear in the code c = [z, 1], so the
+    layer's generated part x @ W(z) + b(z) = sum_k c_k (x @ G_k + g_k) is one dense matmul of x against the
     generator's own weights followed by a weighted sum over k, and W(z) [samples, in, out] is never formed
-    (it is the largest tensor of the update and its per-sample matmul the slowest kernel). Norms and
-    differences of delta, which the smoothness loss and diagnostics need, come from the Gram matrix of the
-    generator weights (`flat_matrix`) instead."""
+    (it is the largest tensor of the update and its per-sample matmul the slowest kernel); likewise x @ U(z)
+    for low rank. Norms and differences of a full-rank delta, which the smoothness loss and diagnostics
+    need, come from the Gram matrix of the generator weights (`flat_matrix`) instead."""
 
     def __init__(self, hidden: int, in_f: int, out_f: int, rank: int, full: bool):
         super().__init__()
@@ -177,8 +161,8 @@ class WeightGenerator(nn.Module):
 
     def forward(self, z, factored: bool = False):
         """z [..., hidden] -> dict with W [..., in, out] or (U [..., in, r], V [..., r, out]) and b [..., out];
-        with `factored` (full rank only) just the code c = [z, 1] [..., hidden + 1], see the class docstring."""
-        if factored and not self.rank:
+        with `factored` just the code c = [z, 1] [..., hidden + 1], see the class docstring."""
+        if factored:
             return {"code": F.pad(z, (0, 1), value=1.0)}
         out = {"b": self.b(z)}
         if self.rank:
@@ -194,9 +178,25 @@ class WeightGenerator(nn.Module):
         b = torch.cat([self.b.weight, self.b.bias.unsqueeze(-1)], -1)
         return torch.cat([w, b])
 
+    def explicit(self, code: torch.Tensor) -> dict:
+        """The generated tensors (W or U, V, and b) from a factored code."""
+        return self(code[..., :-1])
+
+    @staticmethod
+    def _with_bias(lin: nn.Linear) -> torch.Tensor:
+        return torch.cat([lin.weight, lin.bias.unsqueeze(-1)], -1)  # [outputs, hidden + 1]: acts on c = [z, 1]
+
     def apply_factored(self, x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
         """x [..., in], code [..., hidden + 1] -> x @ W(z) + b(z) [..., out] without forming W(z)."""
         k = code.shape[-1]
+        if self.rank:  # x @ U(z) as x @ G_u then a weighted sum over k; V(z) and b(z) are one small matmul
+            r, o = self.rank, self.out_f
+            xs, cs = x.reshape(-1, self.in_f), code.reshape(-1, k)
+            xu = ((xs @ self._with_bias(self.u).view(self.in_f, r * k)).view(-1, r, k) * cs.unsqueeze(1)).sum(-1)
+            vb = cs @ torch.cat([self._with_bias(self.v), self._with_bias(self.b)]).t()  # [S, r*out + out]
+            v, b = vb[:, :r * o].view(-1, r, o), vb[:, r * o:]
+            y = b + (xu * v.squeeze(1) if r == 1 else (xu.unsqueeze(-1) * v).sum(1))
+            return y.view(*x.shape[:-1], o)
         g = torch.cat([self.w.weight, self.w.bias.unsqueeze(-1)], -1).view(self.in_f, self.out_f * k)  # [in, out*k]
         gb = torch.cat([self.b.weight, self.b.bias.unsqueeze(-1)], -1).view(-1)  # [out*k]: b(z) folded in
         u = torch.addmm(gb, x.reshape(-1, self.in_f), g).view(-1, self.out_f, k)  # [S, out, k]
@@ -229,8 +229,8 @@ class HyperNetwork(nn.Module):
 
     @property
     def factored(self) -> bool:
-        """Per-sample full-rank generation runs factored (see `WeightGenerator`); per-agent (static) does not."""
-        return not self.context.static and not self.generators[0].rank
+        """Per-sample generation runs factored (see `WeightGenerator`); per-agent (static) does not."""
+        return not self.context.static
 
     def forward(self, obs, hidden=None, reset=None, sequence=False):
         ctx, new_hidden = self.context(obs, hidden, reset, sequence)
@@ -307,8 +307,6 @@ class HyperActor(MLPActor):
         y = lin(x) + gen["b"]
         if "W" in gen:
             return y + per_sample_matmul(x, gen["W"])
-        if gen["U"].shape[-1] == 1:  # rank 1: (x . u) v elementwise, ~2x faster than two bmm with inner size 1
-            return y + (x * gen["U"].squeeze(-1)).sum(-1, keepdim=True) * gen["V"].squeeze(-2)
         return y + per_sample_matmul(per_sample_matmul(x, gen["U"]), gen["V"])
 
     @staticmethod
@@ -389,19 +387,25 @@ class HyperActor(MLPActor):
         """The factored form's code c [..., hidden + 1] (shared by every generated layer), else None."""
         return gens[0].get("code")
 
-    def _delta_sq_norm(self, gens: list[dict]) -> torch.Tensor:
-        """||delta||^2 per sample: explicit, or c^T (A^T A) c in the factored form."""
+    def _explicit(self, gens: list[dict], net: HyperNetwork | None = None) -> list[dict]:
+        """Generated tensors in explicit form (low rank is not linear in the code: formed when needed)."""
         code = self._code(gens)
-        if code is None:
-            return self._flat_delta(gens).pow(2).sum(-1)
+        return gens if code is None else [g.explicit(code) for g in (net or self.hyper).generators]
+
+    def _delta_sq_norm(self, gens: list[dict]) -> torch.Tensor:
+        """||delta||^2 per sample: explicit, or c^T (A^T A) c in the factored full-rank form."""
+        code = self._code(gens)
+        if code is None or self.cfg_h.rank:
+            return self._flat_delta(self._explicit(gens)).pow(2).sum(-1)
         a = self.hyper.flat_matrix()
         return ((code @ (a.t() @ a)) * code).sum(-1).clamp(min=0.0)
 
     def _delta_sq_dist(self, gens: list[dict], other: list[dict], other_net: HyperNetwork | None = None):
         """||delta - delta_other||^2 per sample; `other` from `other_net` (a target hypernetwork) or this one."""
         code, code_o = self._code(gens), self._code(other)
-        if code is None:
-            return (self._flat_delta(gens) - self._flat_delta(other)).pow(2).sum(-1)
+        if code is None or self.cfg_h.rank:
+            explicit = self._flat_delta(self._explicit(gens)) - self._flat_delta(self._explicit(other, other_net))
+            return explicit.pow(2).sum(-1)
         a = self.hyper.flat_matrix()
         if other_net is None:  # same generator: ||A (c - c')||^2 (the constant 1s cancel)
             d = code - code_o
