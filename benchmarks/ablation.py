@@ -127,6 +127,11 @@ def main():
             lines.append(f"| {v} | {len(rs)} | {finals.mean():.2f} [{lo:.2f}, {hi:.2f}] | "
                          f"{np.mean([r['kl_per_agent'] for r in rs]):.4f} | {np.mean([r['snd'] for r in rs]):.3f} | "
                          f"{rel:.2f}× |")
+    lines += ["", (f"KL per agent per update: mean over updates of kl_sum / N (policy change per update). SND: System "
+                   f"Neural Diversity at the last update (0 for actors that cannot tell agents apart on a shared "
+                   f"observation pool: shared MAPPO and observation contexts). Time per env step: from each run's "
+                   f"train_sps with {args.workers} runs in parallel (indicative; the side-by-side cost is "
+                   f"benchmarks/results/throughput.md).")]
     md = "\n".join(lines)
     print(md)
     out = Path(args.out)
@@ -153,8 +158,9 @@ def plot(results, args, path: Path) -> None:
             n = min(len(r["curve"]) for r in rs)
             steps = np.array([s for s, _ in rs[0]["curve"][:n]])
             ys = np.array([[y for _, y in r["curve"][:n]] for r in rs])
-            k = max(1, n // 30)  # light smoothing for readability
-            ys = np.stack([np.convolve(y, np.ones(k) / k, mode="same") for y in ys])
+            k = max(1, n // 30)  # light smoothing for readability: a moving average that shrinks at the ends
+            counts = np.convolve(np.ones(n), np.ones(k), mode="same")  # (zero padding would bend them to 0)
+            ys = np.stack([np.convolve(y, np.ones(k), mode="same") / counts for y in ys])
             ax.plot(steps, ys.mean(0), label=v, linestyle="--" if v.endswith("+reg") else "-")
         ax.set_title(ENVS[env_key])
         ax.set_xlabel("env steps")

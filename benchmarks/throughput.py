@@ -57,8 +57,14 @@ VARIANTS = {
     "hyper-obs-last": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last", *LEAN_OBS],
     "hyper-obs-all": ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=all", *LEAN_OBS],
 }
-# the same observation context at the config defaults (64-wide encoder and hypernetwork, full-rank increments)
-WIDE_OBS = ("hyper-obs-last-wide", ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last"])
+# other forms of the observation context, at the main point only
+OBS_LAST = ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "hyper.layers=last"]
+EXTRA_OBS = {
+    "hyper-obs-last-1head": ([*OBS_LAST, *LEAN_OBS, "hyper.attention_heads=1", "hyper.mlp_layers=1"],
+                             "single-head attention, one hypernetwork layer"),
+    "hyper-obs-last-mean": ([*OBS_LAST, *LEAN_OBS, "hyper.obs_aggregation=mean"], "mean-pooled instead of attention"),
+    "hyper-obs-last-wide": (OBS_LAST, "64-wide, full rank, 4 heads, 2 layers: the config defaults"),
+}
 ENVS = ["mpe:simple_spread", "vmas:simple_spread", "staghunt", "matrix:climbing", "mpe2:simple_spread_v3"]
 NUM_ENVS = [16, 128, 1024]
 SMALL_E_ONLY = {"mpe2:simple_spread_v3": 16}  # one Python env per copy: slow, and ~2 GB of envs at E=1024
@@ -85,7 +91,8 @@ def standard_cases(threads: int) -> list[dict]:
             for name, overrides in VARIANTS.items():
                 cases.append(case(name, env, e, threads, overrides))
     v, env, e = MAIN
-    cases.append(case(*WIDE_OBS[:1], env, e, threads, WIDE_OBS[1], note="64-wide, full rank: the defaults"))
+    for name, (overrides, note) in EXTRA_OBS.items():
+        cases.append(case(name, env, e, threads, overrides, note=note))
     if threads != 1:
         for name in ("mappo", "hyper-id", "hyper-obs-last"):
             cases.append(case(name, env, e, 1, VARIANTS[name], note="1 torch thread"))
@@ -259,7 +266,7 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
     out.append({"check": f"{v} {env} E={e}: e2e time per env step <= 1.6x the update-only floor",
                 "value": main["e2e_over_floor"], "passed": main["e2e_over_floor"] <= 1.6,
                 "shown": f"{main['e2e_over_floor']:.2f}x (floor {fmt(main['floor_sps'])} env-steps/s)"})
-    for h in ("hyper-id", "hyper-obs-last"):
+    for h in ("hyper-id", "hyper-obs-last", "hyper-obs-last-1head", "hyper-obs-last-mean"):
         r = ok.get((h, env, e, threads))
         if r:
             out.append({"check": f"{h} {env} E={e}: >= 1/1.5 of MAPPO's rate", "value": r["vs_mappo"],

@@ -107,7 +107,10 @@ class HyperConfig:
     obs_embed_dim: int = opt(64, "observation encoder width", min=1)
     attention_heads: int = opt(4, "attention heads (obs_embed_dim must be divisible by it)", min=1)
     history_hidden: int = opt(64, "GRU size of the history context (over the agent's observations)", min=1)
-    hidden: int = opt(64, "hypernetwork hidden width", min=1)
+    hidden: int = opt(64, "hypernetwork hidden width (its code z; cost per sample grows with it for per-sample "
+                          "contexts)", min=1)
+    mlp_layers: int = opt(2, "hidden layers of the hypernetwork MLP between the (LayerNorm-ed) context and the weight "
+                             "generators; 0 = the generators read the context directly", min=0)
     layers: str = opt("all", "which actor layers are generated: all, last (policy head only), hidden",
                       choices=["all", "last", "hidden"])
     hidden_scale: bool = opt(False, "with layers=last: a generated per-unit scale on the shared hidden layers")

@@ -44,7 +44,8 @@ class ContextEncoder(nn.Module):
                 self.id_embedding = None
                 dim += self.n
         if "obs" in self.parts:
-            self.obs_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim), nn.Linear(spec.obs_dim, h.obs_embed_dim),
+            self.obs_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim, elementwise_affine=False),
+                                             nn.Linear(spec.obs_dim, h.obs_embed_dim),
                                              nn.ReLU())
             self.aggregation = h.obs_aggregation
             if h.obs_aggregation == "attention":
@@ -56,7 +57,8 @@ class ContextEncoder(nn.Module):
                 dim += h.obs_embed_dim
         self.history_size = 0
         if "history" in self.parts:
-            self.history_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim), nn.Linear(spec.obs_dim, h.history_hidden),
+            self.history_encoder = nn.Sequential(nn.LayerNorm(spec.obs_dim, elementwise_affine=False),
+                                                 nn.Linear(spec.obs_dim, h.history_hidden),
                                                  nn.ReLU())
             self.history_gru = AgentGRUCell(h.history_hidden, h.history_hidden)
             self.history_size = h.history_hidden
@@ -121,6 +123,9 @@ class ContextEncoder(nn.Module):
         indicator = torch.zeros(e, heads, dtype=x.dtype, device=x.device)
         indicator[torch.arange(e, device=x.device), torch.arange(e, device=x.device) // (e // heads)] = 1.0
         pairs = q.unsqueeze(2) * (k * (e // heads) ** -0.5).unsqueeze(1)  # [B, Nq, Nk, E]
+        if heads == 1:
+            weights = pairs.sum(-1).softmax(2)  # [B, Nq, Nk]
+            return F.linear((weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2), a.out_proj.weight, a.out_proj.bias)
         weights = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads).softmax(2)  # over keys
         weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
         out = (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
@@ -217,13 +222,16 @@ class HyperNetwork(nn.Module):
         super().__init__()
         h = cfg.hyper
         self.context = ContextEncoder(spec, h)
-        self.mlp = nn.Sequential(nn.Linear(self.context.dim, h.hidden), nn.ReLU(), nn.Linear(h.hidden, h.hidden),
-                                 nn.ReLU())
+        layers, width = [], self.context.dim
+        for _ in range(h.mlp_layers):
+            layers += [nn.Linear(width, h.hidden), nn.ReLU()]
+            width = h.hidden
+        self.mlp = nn.Sequential(*layers)
         self.generators = nn.ModuleList(
-            WeightGenerator(h.hidden, i, o, h.rank, full) for i, o in layer_shapes)
+            WeightGenerator(width, i, o, h.rank, full) for i, o in layer_shapes)
         self.scales = nn.ModuleList()
         for units in hidden_units:  # per-unit scale on shared hidden layers (layers=last + hidden_scale)
-            lin = nn.Linear(h.hidden, units)
+            lin = nn.Linear(width, units)
             nn.init.zeros_(lin.weight), nn.init.zeros_(lin.bias)
             self.scales.append(lin)
 
@@ -302,7 +310,7 @@ class HyperActor(MLPActor):
         """Per-sample generated increments: x [..., N, in] -> [..., N, out]."""
         if gen is None:
             return lin(x)
-        if "code" in gen:
+        if "code" in gen:  # (the base product stays its own matmul: Delta = 0 must give MAPPO's logits exactly)
             return lin(x) + generator.apply_factored(x, gen["code"])
         y = lin(x) + gen["b"]
         if "W" in gen:
