@@ -156,7 +156,9 @@ def test_full_output_starts_at_mappo_init_gains():
 
 
 @pytest.mark.parametrize("overrides", [["hyper.context=obs"], ["hyper.context=obs", "hyper.layers=last"],
-                                       ["hyper.context=agent_id,obs,history", "hyper.output=full"]],
+                                       ["hyper.context=agent_id,obs,history", "hyper.output=full"],
+                                       ["hyper.context=obs", "hyper.layers=last", "hyper.rank=1"],
+                                       ["hyper.context=obs,history", "hyper.rank=3"]],
                          ids=lambda o: " ".join(o))
 def test_factored_generation_equals_explicit_weights(overrides):
     """Per-sample generation never forms W(z); its outputs, ||delta|| and ||delta - delta'|| (also against
@@ -196,14 +198,13 @@ def test_factored_generation_equals_explicit_weights(overrides):
     torch.testing.assert_close(out.dist.params(), make_dist(spec.action_space, logits, None, None).params())
 
 
-def test_rank_one_fast_path_equals_the_low_rank_product():
+@pytest.mark.parametrize("heads", [1, 4])
+def test_attention_context_equals_torch_multihead_attention(heads):
     spec = _spec()
-    cfg = build_config(None, ["actor=hyper", "hyper.context=obs", "hyper.rank=1", "hyper.layers=last"])
-    torch.manual_seed(4)
-    actor = build_actor("hyper", spec, cfg).double()
-    x = torch.randn(5, 3, actor.head.in_features, dtype=torch.float64)
-    gen = {"U": torch.randn(5, 3, actor.head.in_features, 1, dtype=torch.float64),
-           "V": torch.randn(5, 3, 1, actor.head.out_features, dtype=torch.float64),
-           "b": torch.randn(5, 3, actor.head.out_features, dtype=torch.float64)}
-    expected = actor.head(x) + gen["b"] + torch.einsum("sni,snir,snro->sno", x, gen["U"], gen["V"])
-    torch.testing.assert_close(actor._apply_layer(actor.head, x, gen), expected)
+    cfg = build_config(None, ["actor=hyper", "hyper.context=obs", "hyper.obs_embed_dim=16",
+                              f"hyper.attention_heads={heads}"])
+    torch.manual_seed(5)
+    enc = ContextEncoder(spec, cfg.hyper).double()
+    x = torch.randn(7, spec.num_agents, 16, dtype=torch.float64)
+    expected, _ = enc.attention(x, x, x, need_weights=False)
+    torch.testing.assert_close(enc._attend(x), expected)
