@@ -192,9 +192,16 @@ def test_factored_generation_equals_explicit_weights(overrides):
     # the forward pass with explicit per-sample weights gives the same logits
     x = actor.trunk.feature_norm(actor.actor_input(obs)) if actor.trunk.feature_norm is not None else obs
     by_layer = dict(zip(actor.generated, ex))
+
+    def explicit_layer(lin, x, gen):  # per-sample weight matrices, formed and applied one per sample
+        if gen is None:
+            return lin(x)
+        w = gen["W"] if "W" in gen else gen["U"] @ gen["V"]
+        return lin(x) + gen["b"] + torch.einsum("...i,...io->...o", x, w)
+
     for i, (lin, norm) in enumerate(zip(actor.trunk.linears, actor.trunk.norms)):
-        x = norm(actor.trunk.act(actor._apply_layer(lin, x, by_layer.get(i))))
-    logits = actor._apply_layer(actor.head, x, by_layer.get(len(actor.trunk.linears)))
+        x = norm(actor.trunk.act(explicit_layer(lin, x, by_layer.get(i))))
+    logits = explicit_layer(actor.head, x, by_layer.get(len(actor.trunk.linears)))
     torch.testing.assert_close(out.dist.params(), make_dist(spec.action_space, logits, None, None).params())
 
 

@@ -132,12 +132,6 @@ class ContextEncoder(nn.Module):
         return F.linear(out, a.out_proj.weight, a.out_proj.bias)
 
 
-def per_sample_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [..., in] @ w [..., in, out] -> [..., out], one matrix per sample: the explicit form, which the
-    factored computation in `WeightGenerator` replaces on the training path (kept as its reference)."""
-    return torch.einsum("...i,...io->...o", x, w)
-
-
 class WeightGenerator(nn.Module):
     """Context code z -> delta (W [.., in, out], b [.., out]) for one generated layer; zero-initialised output.
 
@@ -179,9 +173,7 @@ class WeightGenerator(nn.Module):
 
     def flat_matrix(self) -> torch.Tensor:
         """A [in*out + out, hidden + 1] with flat delta = A @ c (factored form; W row-major, then b)."""
-        w = torch.cat([self.w.weight, self.w.bias.unsqueeze(-1)], -1)
-        b = torch.cat([self.b.weight, self.b.bias.unsqueeze(-1)], -1)
-        return torch.cat([w, b])
+        return torch.cat([self._with_bias(self.w), self._with_bias(self.b)])
 
     def explicit(self, code: torch.Tensor) -> dict:
         """The generated tensors (W or U, V, and b) from a factored code."""
@@ -202,8 +194,8 @@ class WeightGenerator(nn.Module):
             v, b = vb[:, :r * o].view(-1, r, o), vb[:, r * o:]
             y = b + (xu * v.squeeze(1) if r == 1 else (xu.unsqueeze(-1) * v).sum(1))
             return y.view(*x.shape[:-1], o)
-        g = torch.cat([self.w.weight, self.w.bias.unsqueeze(-1)], -1).view(self.in_f, self.out_f * k)  # [in, out*k]
-        gb = torch.cat([self.b.weight, self.b.bias.unsqueeze(-1)], -1).view(-1)  # [out*k]: b(z) folded in
+        g = self._with_bias(self.w).view(self.in_f, self.out_f * k)  # [in, out*k]
+        gb = self._with_bias(self.b).view(-1)  # [out*k]: b(z) folded in
         u = torch.addmm(gb, x.reshape(-1, self.in_f), g).view(-1, self.out_f, k)  # [S, out, k]
         y = (u * code.reshape(-1, 1, k)).sum(-1)  # reduce the contiguous dim: ~1.5x faster than over k first
         return y.view(*x.shape[:-1], self.out_f)
@@ -305,17 +297,13 @@ class HyperActor(MLPActor):
 
     # -------------------------------------------------------------- forward
 
-    def _apply_layer(self, lin: AgentLinear, x: torch.Tensor, gen: dict | None,
-                     generator: WeightGenerator | None = None) -> torch.Tensor:
-        """Per-sample generated increments: x [..., N, in] -> [..., N, out]."""
+    @staticmethod
+    def _apply_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None, generator: WeightGenerator | None):
+        """Per-sample generated increments (factored): x [..., N, in] -> [..., N, out]. The base product stays its
+        own matmul, so delta = 0 gives MAPPO's logits exactly."""
         if gen is None:
             return lin(x)
-        if "code" in gen:  # (the base product stays its own matmul: Delta = 0 must give MAPPO's logits exactly)
-            return lin(x) + generator.apply_factored(x, gen["code"])
-        y = lin(x) + gen["b"]
-        if "W" in gen:
-            return y + per_sample_matmul(x, gen["W"])
-        return y + per_sample_matmul(per_sample_matmul(x, gen["U"]), gen["V"])
+        return lin(x) + generator.apply_factored(x, gen["code"])
 
     @staticmethod
     def _agent_major_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None) -> torch.Tensor:
