@@ -6,12 +6,15 @@ import csv
 import gymnasium as gym
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 from hypermappo.config import build_config
 from hypermappo.diagnostics import DeadComponentError, js_distance, system_neural_diversity
 from hypermappo.envs.vec import EnvSpec
 from hypermappo.experiment import Experiment
 from hypermappo.models.actor import build_actor
+from hypermappo.models.agent_attention import AgentAttention, dense_attention
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.hyper import ContextEncoder
 
@@ -205,13 +208,36 @@ def test_factored_generation_equals_explicit_weights(overrides):
     torch.testing.assert_close(out.dist.params(), make_dist(spec.action_space, logits, None, None).params())
 
 
-@pytest.mark.parametrize("heads", [1, 4])
-def test_attention_context_equals_torch_multihead_attention(heads):
-    spec = _spec()
-    cfg = build_config(None, ["actor=hyper", "hyper.context=obs", "hyper.obs_embed_dim=16",
-                              f"hyper.attention_heads={heads}"])
+@pytest.mark.parametrize("kernel", ["dense", "fused"])
+@pytest.mark.parametrize("agents,width,heads", [(3, 16, 4), (3, 16, 1), (5, 8, 2), (1, 4, 4)])
+def test_agent_attention_equals_torch_multihead_attention(kernel, agents, width, heads):
+    """Both implementations (PyTorch ops, C kernel) give nn.MultiheadAttention's output and gradients."""
     torch.manual_seed(5)
-    enc = ContextEncoder(spec, cfg.hyper).double()
-    x = torch.randn(7, spec.num_agents, 16, dtype=torch.float64)
-    expected, _ = enc.attention(x, x, x, need_weights=False)
-    torch.testing.assert_close(enc._attend(x), expected)
+    att = AgentAttention(agents, width, heads, kernel).double()
+    assert att.implementation == kernel
+    x = torch.randn(7, agents, width, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(7, agents, width, dtype=torch.float64)
+    expected, _ = nn.MultiheadAttention.forward(att, x, x, x, need_weights=False)
+    expected_grads = torch.autograd.grad(expected, [x, *att.parameters()], grad_out)
+    got = att.attend(x)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(torch.autograd.grad(got, [x, *att.parameters()], grad_out), expected_grads):
+        torch.testing.assert_close(g, e)
+
+
+def test_fused_attention_float32_and_thread_count_independent():
+    """The kernel's float32 path matches the dense one, and its result does not depend on the thread count."""
+    torch.manual_seed(6)
+    att = AgentAttention(3, 16, 4, "fused")
+    x = torch.randn(513, 3, 16)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = att.attend(x)
+        torch.set_num_threads(2)
+        two = att.attend(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    qkv = F.linear(x, att.in_proj_weight, att.in_proj_bias)
+    torch.testing.assert_close(one, F.linear(dense_attention(qkv, 4), att.out_proj.weight, att.out_proj.bias))

@@ -106,6 +106,9 @@ class HyperConfig:
                                choices=["attention", "mean", "own"])
     obs_embed_dim: int = opt(64, "observation encoder width", min=1)
     attention_heads: int = opt(4, "attention heads (obs_embed_dim must be divisible by it)", min=1)
+    attention_kernel: str = opt("auto", "attention over agents: fused (a C kernel compiled on first use, CPU), dense "
+                                        "(PyTorch ops), auto = fused where it can be built",
+                                choices=["auto", "fused", "dense"])
     history_hidden: int = opt(64, "GRU size of the history context (over the agent's observations)", min=1)
     hidden: int = opt(64, "hypernetwork hidden width (its code z; cost per sample grows with it for per-sample "
                           "contexts)", min=1)

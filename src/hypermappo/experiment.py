@@ -143,6 +143,7 @@ class Experiment:
             self._load_checkpoint()
         else:
             config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
+        self.summary_extra.update(self.actor.describe())  # this machine's, also on resume
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
                                 config_mod.to_dict(cfg), resume_rows=self.resume_rows)
 

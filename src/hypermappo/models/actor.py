@@ -50,6 +50,10 @@ class Actor(nn.Module):
     def after_update(self) -> None:
         """Called once after every PPO update (e.g. to sync a target network)."""
 
+    def describe(self) -> dict:
+        """Facts about how this run computes the actor that the config alone does not say (for summary.json)."""
+        return {}
+
 
 def build_actor(name: str, spec, cfg) -> Actor:
     module, cls = ACTORS[name].split(":")

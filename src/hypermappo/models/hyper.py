@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hypermappo.models.actor import ActorOut, agent_onehot
+from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.mlp import MLPActor
@@ -49,7 +50,7 @@ class ContextEncoder(nn.Module):
                                              nn.ReLU())
             self.aggregation = h.obs_aggregation
             if h.obs_aggregation == "attention":
-                self.attention = nn.MultiheadAttention(h.obs_embed_dim, h.attention_heads, batch_first=True)
+                self.attention = AgentAttention(self.n, h.obs_embed_dim, h.attention_heads, h.attention_kernel)
                 dim += 2 * h.obs_embed_dim  # own encoding + attended summary
             elif h.obs_aggregation == "mean":
                 dim += 2 * h.obs_embed_dim
@@ -85,7 +86,7 @@ class ContextEncoder(nn.Module):
             enc = self.obs_encoder(obs)  # [..., N, H]
             if self.aggregation == "attention":
                 flat = enc.reshape(-1, self.n, enc.shape[-1])  # [B, N, H]: own encoding queries all agents
-                parts += [enc, self._attend(flat).reshape(enc.shape)]
+                parts += [enc, self.attention.attend(flat).reshape(enc.shape)]
             elif self.aggregation == "mean":
                 parts += [enc, enc.mean(-2, keepdim=True).expand_as(enc)]
             else:
@@ -109,27 +110,6 @@ class ContextEncoder(nn.Module):
         if reset is not None:
             h = h * (~reset).unsqueeze(-1).to(h.dtype)
         return self.history_gru(x, h)
-
-    def _attend(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, N, H] -> self-attention over the N agents [B, N, H], with `self.attention`'s parameters and
-        maths (equal to nn.MultiheadAttention up to float rounding; tested). With N a handful of agents the
-        per-(sample, head) kernels of scaled_dot_product_attention are mostly overhead (4x slower than this at
-        4 heads); here every step is one elementwise op or one dense matmul over all pairs (query i, key j):
-        per-head dot products are a matmul of q_i * k_j with a 0/1 head-indicator matrix."""
-        a = self.attention
-        b, n, e = x.shape
-        heads = a.num_heads
-        q, k, v = F.linear(x, a.in_proj_weight, a.in_proj_bias).unflatten(-1, (3, e)).unbind(-2)  # [B, N, E]
-        indicator = torch.zeros(e, heads, dtype=x.dtype, device=x.device)
-        indicator[torch.arange(e, device=x.device), torch.arange(e, device=x.device) // (e // heads)] = 1.0
-        pairs = q.unsqueeze(2) * (k * (e // heads) ** -0.5).unsqueeze(1)  # [B, Nq, Nk, E]
-        if heads == 1:
-            weights = pairs.sum(-1).softmax(2)  # [B, Nq, Nk]
-            return F.linear((weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2), a.out_proj.weight, a.out_proj.bias)
-        weights = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads).softmax(2)  # over keys
-        weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
-        out = (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
-        return F.linear(out, a.out_proj.weight, a.out_proj.bias)
 
 
 class WeightGenerator(nn.Module):
@@ -272,6 +252,10 @@ class HyperActor(MLPActor):
         if h.target != "none":
             self.target = copy.deepcopy(self.hyper).requires_grad_(False)
         self._updates = 0
+
+    def describe(self) -> dict:
+        attention = getattr(self.hyper.context, "attention", None)
+        return {"attention_kernel": attention.implementation} if attention is not None else {}
 
     # -------------------------------------------------------------- optimiser / target
 

@@ -1,0 +1,162 @@
+"""Multi-head self-attention over the agents of each sample (the hypernetwork's observation context).
+
+With N a handful of agents, attention is N^2 tiny dot products per sample. Torch's kernels for it
+(scaled_dot_product_attention, bmm) spend their time on per-(sample, head) overhead, and a dense PyTorch
+formulation on [samples, N, N, E] temporaries: in the Hyper-MAPPO update the attention cost more than the rest of
+the hypernetwork. So there are two implementations of the same maths (nn.MultiheadAttention's; both tested
+against it):
+
+- `fused`: a small C kernel (`agent_attention.c`) that computes scores, softmax and the weighted sum of values,
+  and their gradients, in one pass per sample. It is compiled on first use with the system C compiler, for the
+  given (agents, width, heads), and cached (`$HYPERMAPPO_CACHE`, default ~/.cache/hypermappo); CPU only.
+- `dense`: pure PyTorch, every step one elementwise op or one dense matmul over all (query, key) pairs. Used on
+  CUDA, for dtypes other than float32/float64, and wherever the kernel cannot be built.
+
+`kernel="auto"` takes `fused` where it can; `AgentAttention.implementation` says which one runs (recorded in the
+run's summary.json).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from hypermappo.errors import UserError
+
+_SOURCE = Path(__file__).with_suffix(".c")
+_FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
+_MAX_STACK_BYTES = 1 << 16  # per-sample scratch lives on the stack: larger agent counts use the dense path
+_LIBRARIES: dict[tuple[int, int, int], ctypes.CDLL | str] = {}  # (agents, width, heads) -> library or why not
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("HYPERMAPPO_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "hypermappo"
+    return Path(root) / "kernels"
+
+
+def _build(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
+    """Compile (or load the cached) kernel for these sizes; the reason as a string when it cannot."""
+    if agents * 3 * width * 8 + 2 * agents * heads * 8 > _MAX_STACK_BYTES:
+        return f"{agents} agents x width {width} exceeds the kernel's per-sample scratch"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return "no C compiler found (set CC)"
+    source = _SOURCE.read_bytes()
+    sizes = [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}"]
+    for openmp in (["-fopenmp"], []):  # OpenMP shares torch's libgomp; without it the kernel runs on one thread
+        flags = _FLAGS + sizes + openmp
+        digest = hashlib.sha256(source + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
+        path = cache_dir() / f"agent_attention_{agents}x{width}x{heads}_{digest}.so"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel runs may build at once: publish atomically
+            result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(tmp), "-lm"], capture_output=True,
+                                    text=True)
+            if result.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                reason = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+                continue
+            os.replace(tmp, path)
+        lib = ctypes.CDLL(str(path))
+        for suffix in ("f32", "f64"):
+            getattr(lib, f"attention_forward_{suffix}").restype = None
+            getattr(lib, f"attention_backward_{suffix}").restype = None
+        return lib
+    return f"{compiler} failed: {reason}"
+
+
+def fused_library(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
+    key = (agents, width, heads)
+    if key not in _LIBRARIES:
+        _LIBRARIES[key] = _build(*key)
+    return _LIBRARIES[key]
+
+
+def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
+
+
+class _FusedAttention(torch.autograd.Function):
+    """qkv [B, N, 3E] -> attention output [B, N, E] through the C kernel (gradient w.r.t. qkv only)."""
+
+    @staticmethod
+    def forward(ctx, qkv, lib, heads):
+        qkv = qkv.contiguous()
+        b, n, e3 = qkv.shape
+        e = e3 // 3
+        real = ctypes.c_float if qkv.dtype == torch.float32 else ctypes.c_double
+        suffix = "f32" if qkv.dtype == torch.float32 else "f64"
+        out, weights = qkv.new_empty(b, n, e), qkv.new_empty(b, n, heads, n)
+        scale = real((e // heads) ** -0.5)
+        getattr(lib, f"attention_forward_{suffix}")(_ptr(qkv), _ptr(out), _ptr(weights), ctypes.c_long(b), scale,
+                                                    ctypes.c_int(torch.get_num_threads()))
+        ctx.save_for_backward(qkv, weights)
+        ctx.lib, ctx.scale, ctx.real, ctx.suffix = lib, scale, real, suffix
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        qkv, weights = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_qkv = torch.empty_like(qkv)
+        getattr(ctx.lib, f"attention_backward_{ctx.suffix}")(
+            _ptr(qkv), _ptr(weights), _ptr(grad_out), _ptr(grad_qkv), ctypes.c_long(qkv.shape[0]), ctx.scale,
+            ctypes.c_int(torch.get_num_threads()))
+        return grad_qkv, None, None
+
+
+def dense_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """qkv [B, N, 3E] -> [B, N, E] in plain PyTorch: per-head dot products of all (query i, key j) pairs are one
+    matmul of q_i * k_j with a 0/1 head-indicator matrix (reducing 4-wide head slices directly is slower)."""
+    b, n, e3 = qkv.shape
+    e = e3 // 3
+    q, k, v = qkv.unflatten(-1, (3, e)).unbind(-2)  # [B, N, E]
+    pairs = q.unsqueeze(2) * (k * (e // heads) ** -0.5).unsqueeze(1)  # [B, Nq, Nk, E]
+    if heads == 1:
+        weights = pairs.sum(-1).softmax(2)  # [B, Nq, Nk]
+        return (weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2)
+    indicator = torch.zeros(e, heads, dtype=qkv.dtype, device=qkv.device)
+    indicator[torch.arange(e, device=qkv.device), torch.arange(e, device=qkv.device) // (e // heads)] = 1.0
+    weights = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads).softmax(2)  # over keys
+    weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
+    return (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
+
+
+class AgentAttention(nn.MultiheadAttention):
+    """nn.MultiheadAttention's parameters and maths for self-attention over agents, computed by `attend`
+    (its own `forward` stays the reference the tests compare against)."""
+
+    def __init__(self, agents: int, width: int, heads: int, kernel: str = "auto"):
+        super().__init__(width, heads, batch_first=True)
+        self.sizes = (agents, width, heads)
+        self.fused = False
+        self.implementation = "dense"
+        if kernel == "dense":
+            return
+        lib = fused_library(*self.sizes)
+        if isinstance(lib, str):
+            if kernel == "fused":
+                raise UserError(f"hyper.attention_kernel: 'fused' asked for, but the C kernel cannot be built "
+                                f"({lib}); use auto or dense")
+            self.implementation = f"dense (fused kernel unavailable: {lib})"
+            return
+        self.fused, self.implementation = True, "fused"
+
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, N, E] -> [B, N, E]: each agent's encoding is the query over all agents' encodings."""
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # [B, N, 3E]
+        if self.fused and qkv.device.type == "cpu" and qkv.dtype in (torch.float32, torch.float64):
+            out = _FusedAttention.apply(qkv, fused_library(*self.sizes), self.num_heads)
+        else:
+            out = dense_attention(qkv, self.num_heads)
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
