@@ -164,8 +164,8 @@ def test_full_output_starts_at_mappo_init_gains():
                                        ["hyper.context=obs,history", "hyper.rank=3"]],
                          ids=lambda o: " ".join(o))
 def test_factored_generation_equals_explicit_weights(overrides):
-    """Per-sample generation never forms W(z); its outputs, ||delta|| and ||delta - delta'|| (also against
-    a target net) must equal those of the explicit per-sample weights."""
+    """Per-sample generation never forms W(z); its outputs, gradients, ||delta|| and ||delta - delta'|| (also
+    against a target net) must equal those of the explicit per-sample weights."""
     spec = _spec()
     cfg = build_config(None, ["actor=hyper", "hyper.target=hard", *overrides])
     torch.manual_seed(3)
@@ -205,7 +205,17 @@ def test_factored_generation_equals_explicit_weights(overrides):
     for i, (lin, norm) in enumerate(zip(actor.trunk.linears, actor.trunk.norms)):
         x = norm(actor.trunk.act(explicit_layer(lin, x, by_layer.get(i))))
     logits = explicit_layer(actor.head, x, by_layer.get(len(actor.trunk.linears)))
-    torch.testing.assert_close(out.dist.params(), make_dist(spec.action_space, logits, None, None).params())
+    expected = make_dist(spec.action_space, logits, None, None).params()
+    torch.testing.assert_close(out.dist.params(), expected)
+    # and the same gradient for every parameter (a layer's input product has a hand-written backward)
+    weights = torch.randn_like(expected)
+    params = [p for p in actor.parameters() if p.requires_grad]
+    got = torch.autograd.grad((out.dist.params() * weights).sum(), params, allow_unused=True)
+    want = torch.autograd.grad((expected * weights).sum(), params, allow_unused=True)
+    for (name, _), g, w in zip([(n, p) for n, p in actor.named_parameters() if p.requires_grad], got, want):
+        assert (g is None) == (w is None), name
+        if g is not None:
+            torch.testing.assert_close(g, w, msg=lambda m, name=name: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("kernel", ["dense", "fused"])

@@ -65,7 +65,8 @@ class ContextEncoder(nn.Module):
             self.history_size = h.history_hidden
             dim += h.history_hidden
         self.dim = dim
-        self.norm = nn.LayerNorm(dim)  # LayerNorm on the hypernetwork input
+        # LayerNorm on the hypernetwork input; its affine would be absorbed by the next (linear) layer: none
+        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
 
     @property
     def static(self) -> bool:
@@ -163,22 +164,57 @@ class WeightGenerator(nn.Module):
     def _with_bias(lin: nn.Linear) -> torch.Tensor:
         return torch.cat([lin.weight, lin.bias.unsqueeze(-1)], -1)  # [outputs, hidden + 1]: acts on c = [z, 1]
 
+    def input_product(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(G [in, m], bias [m] or None) such that the layer input enters the generated part only as x @ G + bias
+        (k = code size): G holds the generator's weights for W(z) (full rank, b(z) folded into the bias) or U(z)."""
+        if self.rank:
+            return self._with_bias(self.u).view(self.in_f, self.rank * k), None
+        return self._with_bias(self.w).view(self.in_f, self.out_f * k), self._with_bias(self.b).view(-1)
+
+    def combine(self, xg: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
+        """xg = x @ G + bias [S, m] (see `input_product`) and the code [S, k] -> x @ W(z) + b(z) [S, out]."""
+        k = code.shape[-1]
+        if self.rank:  # x @ U(z) is a weighted sum over k of x @ G_u; V(z) and b(z) are one small matmul of the code
+            r, o = self.rank, self.out_f
+            xu = (xg.view(-1, r, k) * code.unsqueeze(1)).sum(-1)  # [S, r]
+            vb = code @ torch.cat([self._with_bias(self.v), self._with_bias(self.b)]).t()  # [S, r*out + out]
+            v, b = vb[:, :r * o].view(-1, r, o), vb[:, r * o:]
+            return b + (xu * v.squeeze(1) if r == 1 else (xu.unsqueeze(-1) * v).sum(1))
+        return (xg.view(-1, self.out_f, k) * code.unsqueeze(1)).sum(-1)  # contiguous reduce: ~1.5x faster than over k
+
     def apply_factored(self, x: torch.Tensor, code: torch.Tensor) -> torch.Tensor:
         """x [..., in], code [..., hidden + 1] -> x @ W(z) + b(z) [..., out] without forming W(z)."""
         k = code.shape[-1]
-        if self.rank:  # x @ U(z) as x @ G_u then a weighted sum over k; V(z) and b(z) are one small matmul
-            r, o = self.rank, self.out_f
-            xs, cs = x.reshape(-1, self.in_f), code.reshape(-1, k)
-            xu = ((xs @ self._with_bias(self.u).view(self.in_f, r * k)).view(-1, r, k) * cs.unsqueeze(1)).sum(-1)
-            vb = cs @ torch.cat([self._with_bias(self.v), self._with_bias(self.b)]).t()  # [S, r*out + out]
-            v, b = vb[:, :r * o].view(-1, r, o), vb[:, r * o:]
-            y = b + (xu * v.squeeze(1) if r == 1 else (xu.unsqueeze(-1) * v).sum(1))
-            return y.view(*x.shape[:-1], o)
-        g = self._with_bias(self.w).view(self.in_f, self.out_f * k)  # [in, out*k]
-        gb = self._with_bias(self.b).view(-1)  # [out*k]: b(z) folded in
-        u = torch.addmm(gb, x.reshape(-1, self.in_f), g).view(-1, self.out_f, k)  # [S, out, k]
-        y = (u * code.reshape(-1, 1, k)).sum(-1)  # reduce the contiguous dim: ~1.5x faster than over k first
-        return y.view(*x.shape[:-1], self.out_f)
+        g, bias = self.input_product(k)
+        xs = x.reshape(-1, self.in_f)
+        xg = xs @ g if bias is None else torch.addmm(bias, xs, g)
+        return self.combine(xg, code.reshape(-1, k)).view(*x.shape[:-1], self.out_f)
+
+
+class _SharedInputProducts(torch.autograd.Function):
+    """(x @ W + b, x @ G + g) for a layer input x [S, in] that feeds both a shared base layer (W, b) and a weight
+    generator (G, g). The forward is two matmuls, the base one exactly as `AgentLinear` computes it (so delta = 0
+    gives MAPPO's output bit for bit); the backward is one matmul for dx over [W | G] (instead of two matmuls and
+    the sum of their results) and one for the weight gradients."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, g, gb):
+        w_layout = w.t().contiguous().t() if w.shape[1] < w.shape[0] else w  # AgentLinear's layout choice
+        base = torch.addmm(b, x, w_layout)
+        xg = x @ g if gb is None else torch.addmm(gb, x, g)
+        ctx.save_for_backward(x, w, g)
+        ctx.has_gb = gb is not None
+        return base, xg
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_base, d_xg):
+        x, w, g = ctx.saved_tensors
+        o = w.shape[1]
+        d = torch.cat([d_base, d_xg], 1)  # [S, out + m]
+        dx = d @ torch.cat([w, g], 1).t()
+        d_wg = (d.t() @ x).t()  # [in, out + m], computed in the [out, in] layout (faster for narrow outputs)
+        return dx, d_wg[:, :o], d_base.sum(0), d_wg[:, o:], d_xg.sum(0) if ctx.has_gb else None
 
 
 def _orthogonal_flat(in_f, out_f, gain=2 ** 0.5):
@@ -287,7 +323,13 @@ class HyperActor(MLPActor):
         own matmul, so delta = 0 gives MAPPO's logits exactly."""
         if gen is None:
             return lin(x)
-        return lin(x) + generator.apply_factored(x, gen["code"])
+        code = gen["code"]
+        if lin.groups > 1:  # per-agent base weights: no shared matmul to merge the backward with
+            return lin(x) + generator.apply_factored(x, code)
+        k = code.shape[-1]
+        g, g_bias = generator.input_product(k)
+        base, xg = _SharedInputProducts.apply(x.reshape(-1, lin.in_features), lin.weight[0], lin.bias[0], g, g_bias)
+        return (base + generator.combine(xg, code.reshape(-1, k))).view(*x.shape[:-1], lin.out_features)
 
     @staticmethod
     def _agent_major_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None) -> torch.Tensor:
