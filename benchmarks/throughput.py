@@ -245,12 +245,20 @@ def fmt(x: float) -> str:
 
 
 def add_relative(rows: list[dict]) -> None:
-    """Each row's rate relative to MAPPO's in the same run, same env / E / threads."""
+    """Each row's rate relative to MAPPO's in the same run, same env / E / threads. With --repeat: the median over
+    rounds of the ratio within a round (row and reference measured minutes apart, not a whole pass apart), and its
+    range over rounds."""
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     for r in rows:
         ref = ok.get(("mappo", r["env"], r["num_envs"], r["threads"]))
-        if "skipped" not in r and ref:
-            r["vs_mappo"] = r["e2e_sps"] / ref["e2e_sps"]
+        if "skipped" in r or not ref:
+            continue
+        r["vs_mappo"] = r["e2e_sps"] / ref["e2e_sps"]
+        pairs = [(a, b) for a, b in zip(r.get("repeats_e2e_sps", []), ref.get("repeats_e2e_sps", [])) if a and b]
+        if len(pairs) > 1:
+            ratios = sorted(a / b for a, b in pairs)
+            r["vs_mappo"] = statistics.median(ratios)
+            r["vs_mappo_rounds"] = ratios
 
 
 def checks(rows: list[dict], threads: int) -> list[dict]:
@@ -271,7 +279,9 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
         if r:
             out.append({"check": f"{h} {env} E={e}: >= 1/1.5 of MAPPO's rate", "value": r["vs_mappo"],
                         "passed": r["vs_mappo"] >= 1 / 1.5,
-                        "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x MAPPO (needs >= 0.67x)"})
+                        "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x MAPPO (needs >= 0.67x)"
+                                 + (f"; median of per-round ratios, range {r['vs_mappo_rounds'][0]:.2f}-"
+                                    f"{r['vs_mappo_rounds'][-1]:.2f}" if "vs_mappo_rounds" in r else "")})
     out.append({"check": f"{v} {env} E={e}: peak memory <= 2 GB", "value": main["peak_rss_mb"],
                 "passed": main["peak_rss_mb"] <= 2048, "shown": f"{main['peak_rss_mb']:,.0f} MB peak RSS"})
     return out
@@ -291,6 +301,10 @@ def markdown(rows: list[dict], meta: dict, must: list[dict], baseline: dict | No
            "noted. `env-steps per CPU-s`: the same rate per second of the process's CPU time, which a busy machine "
            "does not inflate (for 1 thread, about what an idle core would give). Peak RSS: the row's process "
            "high-water mark (imports included).")
+    if meta.get("repeat", 1) > 1:
+        how += (f" Repeated: {meta['repeat']} rounds, each running every row once in a fresh process; a row shows "
+                "its median round, and `vs MAPPO` is the median over rounds of the ratio to MAPPO's row of the same "
+                "round (the check lines give the range).")
     lines = ["# Training throughput", "", head, "", how, "", f"Reproduce: `{meta['command']}`", ""]
     cols = ["variant", "env", "E", "thr", "env-steps/s", "collect ms", "update ms", "collect %",
             "floor env-steps/s", "e2e/floor", "vs MAPPO", "env-steps per CPU-s", "peak RSS MB"]
@@ -370,29 +384,38 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for c in cases:
         c["overrides"] += args.extra
     meta = {**machine(), "threads": args.threads, "warmup": warmup, "iters": iters, "min_seconds": min_s,
+            "repeat": args.repeat,
             "extra_overrides": args.extra,
             "command": (prog or "python benchmarks/throughput.py") + "".join(" " + shlex.quote(a) for a in argv)}
     tmp = tempfile.TemporaryDirectory() if args.baseline else None
     baseline = {"ref": args.baseline, "src": export_baseline(args.baseline, Path(tmp.name))} if tmp else None
-    rows = []
-    for c in cases:
-        mine, before = [], []
-        for i in range(args.repeat):
+    # --repeat runs the whole list of rows once per round, so a row and its MAPPO reference are measured minutes
+    # apart at most, and their ratio can be taken round by round (see add_relative)
+    mine = {c["key"] + str(c["threads"]) + str(c["diag"]): [] for c in cases}
+    before = {k: [] for k in mine}
+    for i in range(args.repeat):
+        for c in cases:
+            key = c["key"] + str(c["threads"]) + str(c["diag"])
             order = [None, baseline["src"]] if baseline and i % 2 else [baseline["src"], None] if baseline else [None]
             for src in order:  # alternate which goes first, so drifting load does not favour one side
                 r = run_worker(c, warmup, iters, min_s, args.max_seconds, args.timeout, src)
-                (before if src else mine).append(r)
-        row = _median_row(mine)
+                (before if src else mine)[key].append(r)
+            r = mine[key][-1]
+            status = r.get("skipped") or (f"{fmt(r['e2e_sps'])} env-steps/s, e2e/floor {r['e2e_over_floor']:.2f}, "
+                                          f"peak {r['peak_rss_mb']:,.0f} MB")
+            if baseline and "skipped" not in r and "skipped" not in before[key][-1]:
+                b = before[key][-1]
+                status += (f", before {fmt(b['e2e_sps'])} ({r['e2e_sps'] / b['e2e_sps']:.2f}x wall, "
+                           f"{r['cpu_sps'] / b['cpu_sps']:.2f}x CPU)")
+            rnd = f" [round {i + 1}/{args.repeat}]" if args.repeat > 1 else ""
+            print(f"{c['key']} t{c['threads']}{' +diag' if c['diag'] else ''}{rnd}: {status}", file=sys.stderr,
+                  flush=True)
+    rows = []
+    for key, results in mine.items():
+        row = _median_row(results)
         if baseline:
-            row["before"] = _median_row(before)
+            row["before"] = _median_row(before[key])
         rows.append(row)
-        status = row.get("skipped") or (f"{fmt(row['e2e_sps'])} env-steps/s, e2e/floor {row['e2e_over_floor']:.2f}, "
-                                        f"peak {row['peak_rss_mb']:,.0f} MB")
-        if baseline and "skipped" not in row and "skipped" not in row["before"]:
-            b = row["before"]
-            status += (f", before {fmt(b['e2e_sps'])} ({row['e2e_sps'] / b['e2e_sps']:.2f}x wall, "
-                       f"{row['cpu_sps'] / b['cpu_sps']:.2f}x CPU)")
-        print(f"{c['key']} t{c['threads']}{' +diag' if c['diag'] else ''}: {status}", file=sys.stderr, flush=True)
     if tmp:
         tmp.cleanup()
     meta["load_average_end"] = [round(x, 1) for x in os.getloadavg()]

@@ -2,6 +2,8 @@
 and the live-component audit stops a run whose hypernetwork is cut off from the loss."""
 
 import csv
+import os
+import shutil
 
 import gymnasium as gym
 import pytest
@@ -218,7 +220,11 @@ def test_factored_generation_equals_explicit_weights(overrides):
             torch.testing.assert_close(g, w, msg=lambda m, name=name: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("kernel", ["dense", "fused"])
+HAS_CC = bool(os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc"))
+needs_cc = pytest.mark.skipif(not HAS_CC, reason="no C compiler for the fused attention kernel")
+
+
+@pytest.mark.parametrize("kernel", ["dense", pytest.param("fused", marks=needs_cc)])
 @pytest.mark.parametrize("agents,width,heads", [(3, 16, 4), (3, 16, 1), (5, 8, 2), (1, 4, 4)])
 def test_agent_attention_equals_torch_multihead_attention(kernel, agents, width, heads):
     """Both implementations (PyTorch ops, C kernel) give nn.MultiheadAttention's output and gradients."""
@@ -235,6 +241,7 @@ def test_agent_attention_equals_torch_multihead_attention(kernel, agents, width,
         torch.testing.assert_close(g, e)
 
 
+@needs_cc
 def test_fused_attention_float32_and_thread_count_independent():
     """The kernel's float32 path matches the dense one, and its result does not depend on the thread count."""
     torch.manual_seed(6)
@@ -251,3 +258,20 @@ def test_fused_attention_float32_and_thread_count_independent():
     assert torch.equal(one, two)
     qkv = F.linear(x, att.in_proj_weight, att.in_proj_bias)
     torch.testing.assert_close(one, F.linear(dense_attention(qkv, 4), att.out_proj.weight, att.out_proj.bias))
+
+
+def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeypatch, tmp_path):
+    """auto -> the dense path with the reason recorded; fused -> a one-line config error; never a traceback."""
+    from hypermappo.errors import UserError
+    from hypermappo.models import agent_attention
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setenv("HYPERMAPPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(agent_attention, "_LIBRARIES", {})
+    att = AgentAttention(2, 6, 3, "auto")
+    assert not att.fused and att.implementation.startswith("dense (fused kernel unavailable: cannot run")
+    x = torch.randn(4, 2, 6)
+    expected, _ = nn.MultiheadAttention.forward(att, x, x, x, need_weights=False)
+    torch.testing.assert_close(att.attend(x), expected)
+    with pytest.raises(UserError, match="hyper.attention_kernel: 'fused' asked for"):
+        AgentAttention(2, 6, 3, "fused")

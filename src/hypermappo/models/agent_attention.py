@@ -59,8 +59,11 @@ def _build(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel runs may build at once: publish atomically
-            result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(tmp), "-lm"], capture_output=True,
-                                    text=True)
+            try:
+                result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(tmp), "-lm"],
+                                        capture_output=True, text=True)
+            except OSError as e:
+                return f"cannot run the C compiler {compiler!r}: {e.strerror or e}"
             if result.returncode != 0:
                 tmp.unlink(missing_ok=True)
                 reason = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
