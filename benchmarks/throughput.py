@@ -82,10 +82,10 @@ def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[st
             "key": f"{variant}/{env}/{num_envs}"}
 
 
-def standard_cases(threads: int) -> list[dict]:
+def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     cases = []
     for env in ENVS:
-        for e in NUM_ENVS:
+        for e in num_envs:
             if env in SMALL_E_ONLY and e > SMALL_E_ONLY[env]:
                 continue
             for name, overrides in VARIANTS.items():
@@ -344,6 +344,16 @@ def markdown(rows: list[dict], meta: dict, must: list[dict], baseline: dict | No
     return "\n".join(lines) + "\n"
 
 
+def _env_counts(text: str) -> list[int]:
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers separated by commas, e.g. 128,256")
+    return counts
+
+
 def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -354,6 +364,8 @@ def parse_args(argv: list[str] | None, prog: str | None = None) -> argparse.Name
                         "at most 4); the main E=1024 rows are also run with 1")
     p.add_argument("--only", metavar="GLOBS",
                    help="comma-separated globs on VARIANT/ENV/E, e.g. 'mappo/vmas*/1024,hyper-*/*/128'")
+    p.add_argument("--num-envs", metavar="E,E,...", type=_env_counts, default=NUM_ENVS,
+                   help=f"numbers of envs of the matrix (default {','.join(map(str, NUM_ENVS))})")
     p.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="config override applied to every row (repeatable)")
     p.add_argument("--baseline", metavar="GIT_REF",
@@ -377,7 +389,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     from hypermappo.experiment import resolve_threads
 
     args.threads = resolve_threads(args.threads)
-    cases = standard_cases(args.threads)
+    cases = standard_cases(args.threads, args.num_envs)
     if args.only:
         globs = [g.strip() for g in args.only.split(",") if g.strip()]
         cases = [c for c in cases if any(fnmatch.fnmatch(c["key"], g) for g in globs)]
