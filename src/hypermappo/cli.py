@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     e.add_argument("--render", metavar="OUT", help="write one rendered episode to OUT (.gif or .mp4)")
     e.add_argument("--seed", type=int, default=None, help="evaluation seed (default: the run's seed)")
+    e.add_argument("--quiet", action="store_true", help="no progress line")
 
     s = add("sweep", "train every point of a grid of overrides, in parallel; skips finished runs")
     s.add_argument("preset", help="preset name under configs/ or a YAML path")
@@ -104,8 +105,13 @@ def cmd_train(args) -> int:
 
     cfg = build_config(args.preset, args.overrides)
     exp = Experiment(cfg, quiet=args.quiet)
+    per_update = cfg.num_envs * cfg.rollout_length
+    trained = exp.updates_total * per_update  # whole rollouts: total_env_steps rounded up
+    plan = f"{exp.updates_total:,} updates of {per_update:,}"
+    steps = f"{cfg.total_env_steps:,} ({trained:,} trained: {plan})" if trained != cfg.total_env_steps else \
+        f"{trained:,} ({plan})"
     print(f"hypermappo train: env={cfg.env} algo={cfg.algo} actor={cfg.actor} seed={cfg.seed} "
-          f"E={cfg.num_envs} T={cfg.rollout_length} steps={cfg.total_env_steps:,} -> {exp.run_dir}")
+          f"E={cfg.num_envs} T={cfg.rollout_length} steps={steps} -> {exp.run_dir}")
     summary = exp.run()
     _print_summary(exp.run_dir, summary)
     return 0
@@ -129,7 +135,7 @@ def _print_summary(run_dir: Path, summary: dict) -> None:
 def cmd_eval(args) -> int:
     from hypermappo.evaluate_cli import run_eval
 
-    result = run_eval(Path(args.target), args.episodes, not args.stochastic, args.render, args.seed)
+    result = run_eval(Path(args.target), args.episodes, not args.stochastic, args.render, args.seed, args.quiet)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -33,7 +35,43 @@ def load_actor(target: Path):
     return cfg, actor, ckpt
 
 
-def run_eval(target: Path, episodes: int, deterministic: bool, render: str | None, seed: int | None) -> dict:
+class EvalProgress:
+    """The progress line of `eval` on stderr, like training's: episodes done / total, env steps, elapsed time.
+
+    Redrawn when an episode ends or every 0.5 s, so a long episode still shows that it is moving."""
+
+    def __init__(self, episodes: int, render: str | None):
+        self.episodes, self.render = episodes, render
+        self.start = self.last_draw = time.perf_counter()
+        self.state = (0, 0)
+
+    def __call__(self, done: int, steps: int) -> None:
+        now = time.perf_counter()
+        redraw = done != self.state[0] or now - self.last_draw >= 0.5
+        self.state = (done, steps)
+        if redraw:
+            self.last_draw = now
+            self.draw()
+
+    def draw(self) -> None:
+        done, steps = self.state
+        msg = (f"\reval: {done:,}/{self.episodes:,} episodes done  {steps:,} env steps"
+               f"  elapsed {time.perf_counter() - self.start:.1f}s")
+        if self.render:
+            msg += f"  (recording env 0 for {self.render})"
+        print(msg, end="", file=sys.stderr, flush=True)
+
+    def message(self, text: str) -> None:
+        print(f"eval: {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.draw()
+        print(file=sys.stderr, flush=True)
+
+
+def run_eval(target: Path, episodes: int, deterministic: bool, render: str | None, seed: int | None,
+             quiet: bool = False) -> dict:
+    """Evaluate; unless `quiet`, a progress line on stderr (stdout stays the JSON result)."""
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if render and Path(render).suffix.lower() not in (".gif", ".mp4"):
@@ -41,14 +79,24 @@ def run_eval(target: Path, episodes: int, deterministic: bool, render: str | Non
     cfg, actor, ckpt = load_actor(target)
     if seed is not None:
         cfg = dataclasses.replace(cfg, seed=seed)
-    result = evaluate_policy(cfg, actor, episodes, deterministic, torch.device(cfg.device),
-                             render_env=0 if render else None)
+    progress = None if quiet else EvalProgress(episodes, render)
+    try:
+        result = evaluate_policy(cfg, actor, episodes, deterministic, torch.device(cfg.device),
+                                 render_env=0 if render else None, progress=progress)
+    except NotImplementedError as e:
+        if not render:
+            raise
+        raise UserError(f"eval --render: env {cfg.env!r} cannot render ({e})") from None
+    if progress:
+        progress.close()
     result.pop("returns", None)
     out = {"checkpoint": str(ckpt), "env": cfg.env, "deterministic": deterministic, **result}
     if render:
         frames = out.pop("frames")
         if not frames:
             raise UserError(f"eval --render: env {cfg.env!r} produced no frames")
+        if progress:
+            progress.message(f"writing {len(frames)} frames to {render}")
         write_video(frames, Path(render))
         out["render"] = render
         out["frames"] = len(frames)

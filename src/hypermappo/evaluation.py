@@ -6,6 +6,8 @@ Evaluation envs are seeded from the run's seed plus a fixed offset, so every eva
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from hypermappo.envs.registry import make_env
@@ -15,10 +17,11 @@ EVAL_SEED_OFFSET = 1_000_003
 
 @torch.no_grad()
 def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, device=None, render_env: int | None = None,
-                    max_steps: int = 100_000) -> dict:
+                    max_steps: int = 100_000, progress: Callable[[int, int], None] | None = None) -> dict:
     """Run `episodes` episodes (one per env) with the actor; returns mean/std return and env extras.
 
     With `render_env=i`, also returns the RGB frames of env i's episode under "frames".
+    `progress(episodes_done, steps)` is called after every env step (for a progress line).
     """
     device = device or torch.device(cfg.device)
     kwargs = dict(cfg.env_kwargs)
@@ -52,6 +55,8 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
                 extras[k] = torch.where(newly, v.float(), extras.get(k, torch.zeros_like(v, dtype=torch.float32)))
             finished |= newly
         hidden, reset = out.hidden, s.done
+        if progress is not None:
+            progress(int(finished.sum()), steps)
     env.close()
     actor.train(was_training)
     result = {

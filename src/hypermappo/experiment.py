@@ -293,10 +293,10 @@ class Experiment:
         sps = (self.env_steps - steps0) / max(elapsed, 1e-9)
         total = self.updates_total * self.cfg.rollout_length * self.cfg.num_envs
         eta = (total - self.env_steps) / max(sps, 1e-9)
-        recent = np.mean(self.recent_returns) if self.recent_returns else float("nan")
+        recent = f"{np.mean(self.recent_returns):8.2f}" if self.recent_returns else f"{'-':>8}"  # no episode ended yet
         frac = self.env_steps / total
         bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        msg = (f"\r[{bar}] {self.env_steps:>10,}/{total:,} steps  {sps:7.0f} sps  return(100) {recent:8.2f}"
+        msg = (f"\r[{bar}] {self.env_steps:>10,}/{total:,} steps  {sps:7.0f} sps  return(100) {recent}"
                f"  ETA {eta:5.0f}s")
         if "eval_return_mean" in row:
             msg += f"  eval {row['eval_return_mean']:.2f}"

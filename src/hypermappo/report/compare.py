@@ -5,13 +5,16 @@ the config keys of `--group-by` (dotted keys allowed; default: every key whose v
 between the runs, except the seed), so the seeds of one variant are aggregated. Written to OUT:
 - `curves.png`: mean training episode return against env steps per variant, with a 95% bootstrap
   CI band over seeds, on a common env-steps grid (each run interpolated linearly, never
-  extrapolated); a second panel shows the evaluation return when every run evaluated twice or more.
-- `final.md`, `final.csv`: per variant the number of runs, mean final score with its 95% CI, IQM
+  extrapolated); a second panel shows the evaluation return when every run evaluated (a marker per
+  evaluation when a variant has too few points for a line). The legend states each variant's n.
+- `final.md`, `final.csv`: per variant the number of runs n, mean final score with its 95% CI, IQM
   with its 95% CI (see `report/stats.py`), and the final value of every diagnostic column found in
   metrics.csv, side by side. The final score is the last `eval_return_mean` of each run (falling
   back to the mean `episode_return_mean` of the last 10% of updates when a run never evaluated).
 - `diagnostics.png`: the diagnostic columns against env steps, when there are any.
 Runs from different environments do not compare and are refused; unfinished runs are skipped.
+A variant with one run gets no CI (a dash, no band): resampling one seed gives a zero-width interval.
+When any variant has fewer than 5 runs, a one-line warning says its CIs are unreliable.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import csv
 import difflib
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,19 +140,41 @@ def curves_on_grid(runs: list[Run], column: str, grid: np.ndarray) -> np.ndarray
     return out
 
 
+def shared_points(runs: list[Run], column: str) -> tuple[np.ndarray, np.ndarray]:
+    """(env_steps [k], values [runs, k]) at the env steps where every run has a value of `column`."""
+    xs = [run.series(column)[0] for run in runs]
+    common = np.array(sorted(set.intersection(*(set(x.tolist()) for x in xs))))
+    if common.size == 0:
+        return common, np.empty((len(runs), 0))
+    return common, np.stack([run.series(column)[1][np.isin(run.series(column)[0], common)] for run in runs])
+
+
+def _legend_label(label: str, n: int) -> str:
+    return f"{label} (n={n} seed{'s' if n != 1 else ''}{'' if n >= stats.MIN_RUNS_FOR_CI else ', no CI'})"
+
+
 def _plot_panel(ax, groups: dict[str, list[Run]], column: str, grid: np.ndarray) -> None:
     for label, runs in groups.items():
+        n = len(runs)
         y = curves_on_grid(runs, column, grid)
         covered = np.isfinite(y).all(0)  # points every seed of the variant reached
-        if not covered.any():
+        if covered.sum() < 2:  # too few for a line (e.g. one evaluation per run): markers at the runs' own points
+            x, y_pts = shared_points(runs, column)
+            if x.size == 0:
+                continue
+            mean = y_pts.mean(0)
+            lo, hi = stats.bootstrap_curve_ci(y_pts)
+            yerr = np.stack([mean - lo, hi - mean]) if n >= stats.MIN_RUNS_FOR_CI else None
+            ax.errorbar(x, mean, yerr=yerr, marker="o", capsize=3, label=_legend_label(label, n))
             continue
         mean = np.full(grid.size, np.nan)
         lo, hi = mean.copy(), mean.copy()
         mean[covered] = y[:, covered].mean(0)
         lo[covered], hi[covered] = stats.bootstrap_curve_ci(y[:, covered])
-        few = covered.sum() < 3  # a lone point would not show as a line
-        line, = ax.plot(grid, mean, marker="o" if few else None, label=f"{label} (n={len(runs)})")
-        ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        few = covered.sum() < 3  # two points would hardly show as a line
+        line, = ax.plot(grid, mean, marker="o" if few else None, label=_legend_label(label, n))
+        if n >= stats.MIN_RUNS_FOR_CI:  # one seed has no interval
+            ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel("env steps")
     ax.set_ylabel(column)
     ax.grid(alpha=0.3)
@@ -170,7 +196,8 @@ def _figure(groups: dict[str, list[Run]], columns: list[str], titles: list[str],
     for ax in axes[len(columns):]:
         ax.set_visible(False)
     axes[0].legend(fontsize="small")
-    fig.suptitle(f"{env}: mean over seeds, 95% bootstrap CI")
+    one_seed = any(len(runs) < stats.MIN_RUNS_FOR_CI for runs in groups.values())
+    fig.suptitle(f"{env}: mean over seeds, 95% bootstrap CI" + (" (none for n = 1)" if one_seed else ""))
     fig.savefig(path, dpi=100)
 
 
@@ -210,6 +237,10 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
         groups.setdefault(label, []).append(r)
         group_values[label] = values
 
+    few = [f"{label}: n={len(members)}" for label, members in groups.items() if len(members) < stats.RELIABLE_RUNS]
+    if few:
+        print(f"compare: warning: {unreliable_note(few)}", file=sys.stderr)
+
     if any(r.series(metric)[1].size == 0 for r in runs):
         if metric != "eval_return_mean":
             raise UserError(f"--metric: column {metric!r} has no values in some runs' metrics.csv")
@@ -234,10 +265,10 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
         w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         w.writerows(table)
-    (out / "final.md").write_text(markdown_table(table, keys or ["variant"], metric, diagnostics, env))
+    (out / "final.md").write_text(markdown_table(table, keys or ["variant"], metric, diagnostics, env, few))
 
     panels, titles = ["episode_return_mean"], ["training episode return"]
-    if all(r.series("eval_return_mean")[1].size >= 2 for r in runs):
+    if all(r.series("eval_return_mean")[1].size >= 1 for r in runs):
         panels.append("eval_return_mean")
         titles.append("evaluation return")
     _figure(groups, panels, titles, out / "curves.png", env)
@@ -248,16 +279,29 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     return {"env": env, "metric": metric, "group_by": keys, "table": table, "files": written}
 
 
-def markdown_table(table: list[dict], keys: list[str], metric: str, diagnostics: list[str], env: str) -> str:
-    head = [*keys, "runs", "mean", "95% CI", "IQM", "IQM 95% CI", *diagnostics]
+def unreliable_note(few: list[str]) -> str:
+    return f"CIs from fewer than {stats.RELIABLE_RUNS} seeds are unreliable ({'; '.join(few)})"
+
+
+def _interval(low: float, high: float) -> str:
+    return "–" if math.isnan(low) or math.isnan(high) else f"[{_fmt(low)}, {_fmt(high)}]"
+
+
+def markdown_table(table: list[dict], keys: list[str], metric: str, diagnostics: list[str], env: str,
+                   few: list[str] = ()) -> str:
+    """`few`: the variants with fewer than RELIABLE_RUNS runs, as "label: n=k", noted under the table."""
+    head = [*keys, "n (seeds)", "mean", "95% CI", "IQM", "IQM 95% CI", *diagnostics]
     title = (f"Final performance on `{env}` ({metric}; 95% CIs: percentile bootstrap over seeds, "
-             f"{stats.BOOTSTRAP_RESAMPLES} resamples; IQM = interquartile mean)")
+             f"{stats.BOOTSTRAP_RESAMPLES} resamples, none (–) for n < {stats.MIN_RUNS_FOR_CI}; "
+             f"IQM = interquartile mean)")
     lines = [title, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in table:
         cells = [str(row[k]) for k in keys] + [
-            str(row["n"]), _fmt(row["mean"]), f"[{_fmt(row['ci_low'])}, {_fmt(row['ci_high'])}]",
-            _fmt(row["iqm"]), f"[{_fmt(row['iqm_ci_low'])}, {_fmt(row['iqm_ci_high'])}]",
+            str(row["n"]), _fmt(row["mean"]), _interval(row["ci_low"], row["ci_high"]),
+            _fmt(row["iqm"]), _interval(row["iqm_ci_low"], row["iqm_ci_high"]),
             *(_fmt(row[c]) for c in diagnostics)]
         lines.append("| " + " | ".join(cells) + " |")
+    if few:
+        lines += ["", f"Warning: {unreliable_note(few)}."]
     return "\n".join(lines) + "\n"
