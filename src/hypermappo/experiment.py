@@ -328,13 +328,17 @@ class Experiment:
             "wall_s": self.wall_before + time.perf_counter() - self.segment_start, "logger_rows": self.logger.rows,
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "algo": self.algo.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                    "batch": self.batch_generator.get_state()},
+                    "batch": self.batch_generator.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
             "env_state": env_state,
             "last_step": self.last if env_state is not None else None,
             "actor_h": self.actor_h, "critic_h": self.critic_h, "reset_mask": self.reset_mask,
             "recent_returns": list(self.recent_returns),
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
+            # until the audit has run: its parameter snapshot and the loss terms seen so far
+            "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
+            else None,
         }
 
     def save_checkpoint(self) -> Path:
@@ -369,6 +373,10 @@ class Experiment:
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
         self.batch_generator.set_state(rng["batch"].cpu())
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        if sd.get("audit") is not None and self.audit is not None:
+            self.audit.load_state_dict(sd["audit"])
         if sd["env_state"] is not None:
             self.env.set_state(sd["env_state"])
             self.last = sd["last_step"].to(self.device)
