@@ -34,6 +34,7 @@ from hypermappo.logging import RunLogger
 from hypermappo.models.actor import build_actor
 from hypermappo.models.critic import Critic
 from hypermappo.models.distributions import params_size
+from hypermappo.run_lock import LOCK_FILE, RunDirLock
 from hypermappo.storage.rollout import RolloutBuffer
 
 CHECKPOINTS_KEPT = 2
@@ -98,7 +99,13 @@ class Experiment:
         self.cfg = cfg
         self.quiet = quiet
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
-        if not resume:
+        if resume:
+            self.run_lock = RunDirLock(self.run_dir)  # held until the run ends: no second process trains it
+            if (self.run_dir / "summary.json").exists():  # finished while this process waited to start
+                self.run_lock.release()
+                raise UserError(f"resume: {str(self.run_dir)!r} already finished (summary.json is there); "
+                                f"nothing to resume")
+        else:
             self._claim_run_dir()
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -151,7 +158,10 @@ class Experiment:
 
     def _claim_run_dir(self) -> None:
         d = self.run_dir
-        if d.exists() and any(d.iterdir()):
+        d.mkdir(parents=True, exist_ok=True)
+        self.run_lock = RunDirLock(d)  # first: a run in progress there is named as such
+        if any(p.name != LOCK_FILE for p in d.iterdir()):
+            self.run_lock.release()
             raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
                             f"`hypermappo resume {d}` to continue it")
         (d / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -267,6 +277,7 @@ class Experiment:
         summary = self.write_summary(wall, eval_stats)
         self.logger.close()
         self.env.close()
+        self.run_lock.release()
         return summary
 
     def _audit(self, losses: dict) -> None:
@@ -402,7 +413,11 @@ def latest_checkpoint(run_dir: Path) -> Path:
 
 
 def train(cfg, run_dir: Path | None = None, quiet: bool = False) -> dict:
-    return Experiment(cfg, run_dir, quiet=quiet).run()
+    experiment = Experiment(cfg, run_dir, quiet=quiet)
+    try:
+        return experiment.run()
+    finally:
+        experiment.run_lock.release()
 
 
 def resume(run_dir: Path, quiet: bool = False) -> dict:
@@ -413,4 +428,8 @@ def resume(run_dir: Path, quiet: bool = False) -> dict:
     latest_checkpoint(run_dir)  # fail early with a clear message
     if (run_dir / "summary.json").exists():
         raise UserError(f"resume: {str(run_dir)!r} already finished (summary.json is there); nothing to resume")
-    return Experiment(cfg, run_dir, resume=True, quiet=quiet).run()
+    experiment = Experiment(cfg, run_dir, resume=True, quiet=quiet)
+    try:
+        return experiment.run()
+    finally:
+        experiment.run_lock.release()
