@@ -40,21 +40,21 @@ def test_second_train_or_resume_of_a_run_dir_in_use_is_a_one_line_error(tmp_path
     assert main(["resume", str(run), "--quiet"]) == 0
 
 
-def test_a_training_subprocess_keeps_other_processes_out_of_its_run_dir(tmp_path):
+def test_a_training_subprocess_keeps_other_processes_out_of_its_run_dir(tmp_path, capsys):
     run = tmp_path / "run"
     trainer = subprocess.Popen([sys.executable, "-m", "hypermappo.cli", "train", "matrix/climbing", *TINY,
-                                "total_env_steps=400000", f"run_dir={run}", "--quiet"],
+                                "total_env_steps=400000", "checkpoint_interval=1", f"run_dir={run}", "--quiet"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
-        while not (run / "config.yaml").exists():
+        while not any((run / "checkpoints").glob("ckpt_*.pt")):
             assert trainer.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        second = subprocess.run([sys.executable, "-m", "hypermappo.cli", "train", "matrix/climbing", *TINY,
-                                 f"run_dir={run}"], capture_output=True, text=True, timeout=120)
-        assert second.returncode == 2
-        assert second.stderr.strip() == (f"hypermappo train: error: run_dir {run} is being trained by another "
-                                          f"process (pid {trainer.pid})")
+        assert main(["train", "matrix/climbing", *TINY, f"run_dir={run}"]) == 2
+        assert main(["resume", str(run)]) == 2
+        busy = f"run_dir {run} is being trained by another process (pid {trainer.pid})"
+        assert capsys.readouterr().err.strip().splitlines() == [f"hypermappo train: error: {busy}",
+                                                                 f"hypermappo resume: error: {busy}"]
     finally:
         trainer.kill()
         trainer.wait()
