@@ -120,3 +120,43 @@ def test_sigkilled_sweep_leaves_no_worker_and_its_rerun_resumes_every_run(tmp_pa
     for m in metrics:
         with m.open(newline="") as f:
             assert [int(r["update"]) for r in csv.DictReader(f)] == list(range(1, 51))
+
+
+def test_sweep_rerun_refuses_a_run_dir_another_process_is_training(tmp_path, capsys):
+    from hypermappo.run_lock import RunDirLock
+
+    out = tmp_path / "sweep"
+    (out / "seed=0").mkdir(parents=True)
+    lock = RunDirLock(out / "seed=0")  # as a leftover worker would hold it
+    assert main(["sweep", "matrix/climbing", "seed=0,1", *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"hypermappo sweep: error: run_dir {out / 'seed=0'} is being trained by another process "
+                   f"(pid {os.getpid()}); stop it or wait for it before re-running this sweep"]
+    assert (out / "seed=0").is_dir()  # not cleared for a restart under the other process's feet
+    lock.release()
+
+
+KILLED_RUN_WITH_ENV_WORKERS = """
+import os, sys, time, torch
+from hypermappo.envs.registry import make_env
+env = make_env("pettingzoo:hypermappo.envs.staghunt:StagHuntParallelEnv", 2, "cpu", vectorizer="subprocess",
+               num_workers=2)
+env.reset(seed=0)
+print(" ".join(str(p.pid) for p in env._envs.processes), flush=True)
+time.sleep(600)
+"""
+
+
+def test_subprocess_env_workers_die_with_their_killed_run(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN_WITH_ENV_WORKERS], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert len(workers) == 2 and all(_running(w) for w in workers)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    deadline = time.monotonic() + 10
+    while [w for w in workers if _running(w)]:
+        assert time.monotonic() < deadline, f"env workers {workers} outlived their killed run"
+        time.sleep(0.05)
