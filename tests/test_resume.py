@@ -15,9 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
+from hypermappo import config as config_mod
 from hypermappo.cli import main
+from hypermappo.experiment import Experiment
 
 TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s"}  # wall-clock, never reproducible
 TINY = ["num_envs=4", "rollout_length=10", "ppo.ppo_epoch=2", "eval_episodes=4", "torch_threads=1",
@@ -73,8 +76,7 @@ def test_sigkill_mid_interval_then_resume_equals_uninterrupted_run(tmp_path):
         assert got == want, f"update {want['update']} differs after resume"
     final_resumed = torch.load(killed / "checkpoints" / "ckpt_0000010.pt", weights_only=False)
     final_reference = torch.load(reference / "checkpoints" / "ckpt_0000010.pt", weights_only=False)
-    for name, tensor in final_reference["actor"].items():
-        assert torch.equal(final_resumed["actor"][name], tensor), name
+    assert_same(final_resumed["actor"], final_reference["actor"], "actor")
 
 
 def test_resume_without_saveable_env_state_starts_fresh_episodes_from_saved_rng(tmp_path):
@@ -131,3 +133,71 @@ def test_resume_of_a_directory_without_checkpoint_is_a_one_line_error(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("hypermappo resume: error:") for line in err)
     assert "no checkpoint" in err[2]
+
+
+# ------------------------------------------------------------------------------------------------
+# In-process resume exactness for every actor: train 4 updates with a checkpoint every 2, continue
+# a copy of the run from the checkpoint at update 2, and compare with the uninterrupted run.
+
+def assert_same(got, want, where: str) -> None:
+    """Nested checkpoint contents equal bit for bit (tensors, numbers, dicts, lists, numpy RNG state)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype and torch.equal(got, want), where
+    elif isinstance(want, dict):
+        assert set(got) == set(want), (where, set(got) ^ set(want))
+        for k in want:
+            assert_same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{where}[{i}]")
+    elif hasattr(want, "__array__"):
+        assert (got == want).all(), where
+    elif isinstance(want, float) and want != want:  # NaN
+        assert got != got, where
+    else:
+        assert got == want, where
+
+
+def resume_matches_uninterrupted(tmp_path: Path, preset: str, overrides: list[str]) -> None:
+    cfg = config_mod.build_config(preset, ["total_env_steps=160", "checkpoint_interval=2", "ppo.num_mini_batch=2",
+                                           "ppo.lr_decay=true", "eval_episodes=2", *TINY, *overrides])
+    full = tmp_path / "full"
+    Experiment(cfg, full, quiet=True).run()  # 4 updates of 4 envs x 10 steps
+    assert checkpoint_updates(full) == [2, 4]
+
+    resumed = tmp_path / "resumed"  # as if the run had stopped right after the checkpoint at update 2
+    shutil.copytree(full, resumed)
+    (resumed / "checkpoints" / "ckpt_0000004.pt").unlink()
+    (resumed / "summary.json").unlink()
+    Experiment(cfg, resumed, resume=True, quiet=True).run()
+
+    got, want = metrics_without_timing(resumed), metrics_without_timing(full)
+    assert [r["update"] for r in got] == ["1", "2", "3", "4"]
+    for g, w in zip(got, want, strict=True):
+        assert g == w, f"update {w['update']} differs after resume"
+    final_got = torch.load(resumed / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    final_want = torch.load(full / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    for key in ("actor", "critic", "algo", "env_state", "last_step", "actor_h", "critic_h", "prev_obs", "rng",
+                "diagnostics", "recent_returns", "update", "env_steps", "logger_rows"):
+        if key == "last_step":
+            assert_same(vars(final_got[key]), vars(final_want[key]), key)
+        else:
+            assert_same(final_got[key], final_want[key], key)
+
+
+HYPER = ["actor=hyper", "hyper.target=hard", "hyper.target_interval=3", "hyper.alpha=0.1", "hyper.beta=0.05"]
+ACTORS = {
+    "mlp": ["actor=mlp"],
+    "rnn": ["actor=rnn", "ppo.data_chunk_length=5"],
+    "hyper-id": [*HYPER, "hyper.context=[agent_id]"],
+    "hyper-obs-history": [*HYPER, "hyper.context=[obs,history]", "hyper.obs_embed_dim=16", "hyper.history_hidden=16",
+                          "ppo.data_chunk_length=5"],
+}
+
+
+@pytest.mark.parametrize("env", ["staghunt/default", "mpe/simple_spread"])
+@pytest.mark.parametrize("actor", list(ACTORS))
+def test_resume_from_a_checkpoint_equals_the_uninterrupted_run(tmp_path, env, actor):
+    """The target hypernetwork syncs at update 3, after the resume (the sync counter must be restored)."""
+    resume_matches_uninterrupted(tmp_path, env, ["model.hidden_sizes=[16,16]", "hyper.hidden=16", *ACTORS[actor]])

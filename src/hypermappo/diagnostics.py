@@ -183,6 +183,14 @@ class LiveComponentAudit:
         for k in self.enabled_loss_terms():
             self.loss_seen[k] = max(self.loss_seen.get(k, 0.0), abs(metrics.get(k, 0.0)))
 
+    def state_dict(self) -> dict:
+        """What the audit has seen so far (a resumed run audits the whole run, not the resumed part)."""
+        return {"snapshot": self.snapshot, "target_snapshot": self.target_snapshot, "loss_seen": dict(self.loss_seen)}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.snapshot, self.target_snapshot = sd["snapshot"], sd["target_snapshot"]
+        self.loss_seen = dict(sd["loss_seen"])
+
     def check(self, updates: int) -> dict:
         result = {"after_updates": updates, "components": {}, "loss_terms": {}}
         dead = []

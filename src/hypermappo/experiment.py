@@ -34,6 +34,7 @@ from hypermappo.logging import RunLogger
 from hypermappo.models.actor import build_actor
 from hypermappo.models.critic import Critic
 from hypermappo.models.distributions import params_size
+from hypermappo.run_lock import LOCK_FILE, RunDirLock
 from hypermappo.storage.rollout import RolloutBuffer
 
 CHECKPOINTS_KEPT = 2
@@ -98,7 +99,13 @@ class Experiment:
         self.cfg = cfg
         self.quiet = quiet
         self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
-        if not resume:
+        if resume:
+            self.run_lock = RunDirLock(self.run_dir)  # held until the run ends: no second process trains it
+            if (self.run_dir / "summary.json").exists():  # finished while this process waited to start
+                self.run_lock.release()
+                raise UserError(f"resume: {str(self.run_dir)!r} already finished (summary.json is there); "
+                                f"nothing to resume")
+        else:
             self._claim_run_dir()
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -151,7 +158,10 @@ class Experiment:
 
     def _claim_run_dir(self) -> None:
         d = self.run_dir
-        if d.exists() and any(d.iterdir()):
+        d.mkdir(parents=True, exist_ok=True)
+        self.run_lock = RunDirLock(d)  # first: a run in progress there is named as such
+        if any(p.name != LOCK_FILE for p in d.iterdir()):
+            self.run_lock.release()
             raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
                             f"`hypermappo resume {d}` to continue it")
         (d / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -267,6 +277,7 @@ class Experiment:
         summary = self.write_summary(wall, eval_stats)
         self.logger.close()
         self.env.close()
+        self.run_lock.release()
         return summary
 
     def _audit(self, losses: dict) -> None:
@@ -328,13 +339,17 @@ class Experiment:
             "wall_s": self.wall_before + time.perf_counter() - self.segment_start, "logger_rows": self.logger.rows,
             "actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "algo": self.algo.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                    "batch": self.batch_generator.get_state()},
+                    "batch": self.batch_generator.get_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
             "env_state": env_state,
             "last_step": self.last if env_state is not None else None,
             "actor_h": self.actor_h, "critic_h": self.critic_h, "reset_mask": self.reset_mask,
             "recent_returns": list(self.recent_returns),
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
+            # until the audit has run: its parameter snapshot and the loss terms seen so far
+            "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
+            else None,
         }
 
     def save_checkpoint(self) -> Path:
@@ -369,6 +384,10 @@ class Experiment:
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
         self.batch_generator.set_state(rng["batch"].cpu())
+        if rng.get("cuda") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
+        if sd.get("audit") is not None and self.audit is not None:
+            self.audit.load_state_dict(sd["audit"])
         if sd["env_state"] is not None:
             self.env.set_state(sd["env_state"])
             self.last = sd["last_step"].to(self.device)
@@ -394,7 +413,11 @@ def latest_checkpoint(run_dir: Path) -> Path:
 
 
 def train(cfg, run_dir: Path | None = None, quiet: bool = False) -> dict:
-    return Experiment(cfg, run_dir, quiet=quiet).run()
+    experiment = Experiment(cfg, run_dir, quiet=quiet)
+    try:
+        return experiment.run()
+    finally:
+        experiment.run_lock.release()
 
 
 def resume(run_dir: Path, quiet: bool = False) -> dict:
@@ -405,4 +428,8 @@ def resume(run_dir: Path, quiet: bool = False) -> dict:
     latest_checkpoint(run_dir)  # fail early with a clear message
     if (run_dir / "summary.json").exists():
         raise UserError(f"resume: {str(run_dir)!r} already finished (summary.json is there); nothing to resume")
-    return Experiment(cfg, run_dir, resume=True, quiet=quiet).run()
+    experiment = Experiment(cfg, run_dir, resume=True, quiet=quiet)
+    try:
+        return experiment.run()
+    finally:
+        experiment.run_lock.release()

@@ -39,12 +39,14 @@ import yaml
 
 from hypermappo import config as config_mod
 from hypermappo.errors import UserError
+from hypermappo.parent_death import die_with_parent
+from hypermappo.run_lock import holder
 
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _OPEN, _CLOSE = "[{(", "]})"
 # keys that change how a run executes, not what it computes, so a re-invocation may differ in them
 _EXECUTION_KEYS = ("run_dir", "torch_threads", "log.progress")
-_RUN_FILES = {"config.yaml", "metrics.csv", "checkpoints", "tb", "wandb_run_id"}
+_RUN_FILES = {"config.yaml", "metrics.csv", "checkpoints", "tb", "wandb_run_id", ".lock"}
 
 
 @dataclass
@@ -212,7 +214,9 @@ def _process_context():
 
 
 def _train_in_process(argv: list[str], log_path: str) -> None:
-    """Entry point of a local sweep process: all its output, Python's or a library's, to the log."""
+    """Entry point of a local sweep process: all its output, Python's or a library's, to the log.
+    It dies with the sweep (SIGTERM), even when the sweep is killed with SIGKILL."""
+    die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -256,6 +260,7 @@ def _interrupt(signum, frame):
 
 def train_in_worker(argv: list[str], log_path: str) -> int:
     """One run inside a Ray worker process (which outlives it), its output going to the run's log."""
+    die_with_parent()  # a worker of a Ray instance this sweep started goes when its raylet does
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     from hypermappo.cli import main
 
@@ -330,6 +335,10 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
             print(f"  {status:8s} {run.name}: {' '.join(command(preset, run, status))}")
     if dry_run or not todo:
         return 0
+    for run, _ in todo:
+        if run.run_dir.is_dir() and (pid := holder(run.run_dir)):
+            raise UserError(f"run_dir {run.run_dir} is being trained by another process (pid {pid}); "
+                            f"stop it or wait for it before re-running this sweep")
     for run, status in todo:
         if status == "restart":  # interrupted before its first checkpoint: nothing to keep
             print(f"restarting {run.name}: interrupted before its first checkpoint", flush=True)

@@ -51,6 +51,7 @@ import torch
 
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
 from hypermappo.errors import UserError
+from hypermappo.parent_death import die_with_parent
 
 VECTORIZERS = ("inprocess", "subprocess")
 _EPISODE_LIMIT_ATTRIBUTES = ("max_cycles", "max_steps", "_max_episode_steps", "max_episode_steps", "episode_limit")
@@ -419,6 +420,7 @@ def _transferable(error: BaseException) -> BaseException:
 
 def _worker_main(conn, factory, first: int, count: int, total: int) -> None:
     """Loop of one worker process: build its envs, then answer (command, argument) messages."""
+    die_with_parent()  # a killed training process must not leave its env workers behind
     try:
         group = _EnvGroup(factory, first, count, total)
         conn.send(("ok", group.spec))

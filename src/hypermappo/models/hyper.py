@@ -287,7 +287,14 @@ class HyperActor(MLPActor):
         self.target = None
         if h.target != "none":
             self.target = copy.deepcopy(self.hyper).requires_grad_(False)
-        self._updates = 0
+        self._updates = 0  # PPO updates so far: the hard target syncs every target_interval of them
+
+    def get_extra_state(self) -> dict:
+        """The sync counter travels with state_dict, so a resumed run syncs at the same updates."""
+        return {"updates": self._updates}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._updates = int(state["updates"])
 
     def describe(self) -> dict:
         attention = getattr(self.hyper.context, "attention", None)
