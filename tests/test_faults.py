@@ -137,7 +137,7 @@ def test_nonfinite_value_loss_never_reaches_the_weights(tmp_path, monkeypatch):
         actor_loss, value_loss, stats = loss(self, batch, adv_mean, adv_std)
         calls.append(1)
         if len(calls) == 6:  # 2 epochs x 1 mini-batch per update: update 3, epoch 2
-            value_loss = value_loss * float("nan")
+            value_loss = value_loss + float("nan")  # a NaN loss whose gradients stay finite: only the loss check sees it
             stats["value_loss"] = value_loss
         return actor_loss, value_loss, stats
 
@@ -406,3 +406,19 @@ def test_second_signal_aborts_at_once_and_keeps_the_last_checkpoint(tmp_path, mo
     assert exp.update == 2 and metric_rows(run) == 2  # stopped inside update 3's collection
     assert_finite_checkpoints(run, [2])
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == previous
+
+
+def test_compare_skips_failed_runs(finished_run, tmp_path, capsys):
+    import shutil
+
+    from hypermappo.report.compare import compare
+
+    good, failed = tmp_path / "good", tmp_path / "failed"
+    shutil.copytree(finished_run, good)
+    shutil.copytree(finished_run, failed)
+    summary = json.loads((failed / "summary.json").read_text())
+    summary.update(status="failed: non-finite reward (nan)", eval_return_mean=None)
+    (failed / "summary.json").write_text(json.dumps(summary))
+    compare([good, failed], tmp_path / "report")
+    assert f"compare: skipping {failed} (failed: non-finite reward (nan))" in capsys.readouterr().out
+    assert "| 1 |" in (tmp_path / "report" / "final.md").read_text()  # n = 1: the failed run is left out
