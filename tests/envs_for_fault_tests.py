@@ -3,7 +3,8 @@
 Two agents `a0`, `a1`, Discrete(2) actions, 3-float observations, episodes of 5 steps. The instance
 whose first `reset` seed is `faulty_seed` (env i of a run with seed s is seeded s + i) misbehaves from
 its `after`-th step on, counted over all its episodes: `fault="reward"` / `"observation"` puts `value`
-(nan or inf) into agent `agent`'s reward / observation, `fault="raise"` raises a RuntimeError.
+(nan or inf) into agent `agent`'s reward / observation, `fault="raise"` raises a RuntimeError, and
+`fault="final_observation"` ends episodes truncated (a time limit) with `value` in the last observation.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class FaultyEnv(ParallelEnv):
 
     def _obs(self, agent: str) -> np.ndarray:
         obs = np.array([self.t, AGENTS.index(agent), 1.0], np.float32)
-        if self._faulty() and self.fault == "observation" and agent == self.agent:
+        final = self.fault == "final_observation" and self.t >= EPISODE_LENGTH
+        if self._faulty() and (self.fault == "observation" or final) and agent == self.agent:
             obs[1] = self.value
         return obs
 
@@ -64,7 +66,10 @@ class FaultyEnv(ParallelEnv):
         done = self.t >= EPISODE_LENGTH
         observations = {a: self._obs(a) for a in self.agents}
         flags = {a: done for a in self.agents}
-        result = observations, rewards, flags, {a: False for a in self.agents}, {a: {} for a in self.agents}
+        unflagged = {a: False for a in self.agents}
+        truncated = self.fault == "final_observation"
+        result = (observations, rewards, unflagged if truncated else flags, flags if truncated else unflagged,
+                  {a: {} for a in self.agents})
         if done:
             self.agents = []
         return result

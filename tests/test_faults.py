@@ -50,19 +50,21 @@ def assert_finite_checkpoints(run: Path, updates: list[int]) -> None:
 # ---------------------------------------------------------------------------------------------------- non-finite
 
 
-@pytest.mark.parametrize("vectorizer", ["inprocess", "subprocess"])
-@pytest.mark.parametrize(("fault", "quantity"), [("reward", "reward"), ("observation", "observation")])
+@pytest.mark.parametrize(("fault", "quantity", "vectorizer", "at"), [
+    ("reward", "reward", "inprocess", "rollout step 2, env step 48"),
+    ("reward", "reward", "subprocess", "rollout step 2, env step 48"),
+    ("observation", "observation", "inprocess", "rollout step 2, env step 48"),
+    ("final_observation", "final observation", "inprocess", "rollout step 5, env step 60"),  # its episode's end
+])
 def test_nonfinite_env_data_stops_with_one_line_and_keeps_the_finite_checkpoints(tmp_path, capsys, fault, quantity,
-                                                                                   vectorizer):
-    if vectorizer == "subprocess" and fault == "observation":
-        pytest.skip("the subprocess path is covered by the reward fault")
+                                                                                   vectorizer, at):
     run = tmp_path / "run"
     code = main(["train", "staghunt/default", *faulty_env(fault, vectorizer), *FAULT_RUN, f"run_dir={run}", "--quiet"])
     assert code == 3
     err = stderr_lines(capsys)
     assert len(err) == 1, err
     assert err[0].startswith(f"hypermappo train: error: non-finite {quantity} (nan) from env '{FAULTY}' "
-                             "at update 3, rollout step 2, env step 48: env 2, agent slot 1 (a1)"), err[0]
+                             f"at update 3, {at}: env 2, agent slot 1 (a1)"), err[0]
     assert "ckpt_0000002.pt" in err[0]
     assert_finite_checkpoints(run, [1, 2])  # update 3 wrote none, so none was rotated away
     assert metric_rows(run) == 2

@@ -298,6 +298,7 @@ class Experiment:
             reward = nxt.reward
             if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
                 # time limit, not a real end: bootstrap from the value of the final observation
+                self._check_final_observations(nxt, t)
                 v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None)
                 alive = nxt.truncated.unsqueeze(-1) & nxt.final_active
                 reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive
@@ -338,8 +339,16 @@ class Experiment:
         # one fused reduction and one sync per step: a NaN / inf anywhere makes the sum non-finite
         # (an overflowing sum of finite values is re-checked exactly and passes)
         if not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
-            self._raise_if_nonfinite(nxt, t)
+            self._raise_if_nonfinite((("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state)), t)
         return nxt
+
+    def _check_final_observations(self, step: EnvStep, t: int) -> None:
+        """At a truncation the critic reads the final observation / state of the truncated envs (only those rows)."""
+        rows = step.truncated  # [E]
+        final_obs = torch.where(rows[:, None, None], step.final_obs, 0.0)  # [E, N, obs_dim]
+        final_state = torch.where(rows[:, None], step.final_state, 0.0)  # [E, state_dim]
+        if not math.isfinite(float(final_obs.sum() + final_state.sum())):
+            self._raise_if_nonfinite((("final observation", final_obs), ("final state", final_state)), t)
 
     def _where(self, t: int | None) -> str:
         """Position in training for messages: `update u, rollout step t, env step s`."""
@@ -347,16 +356,16 @@ class Experiment:
             return f"the start of update {self.update + 1}, env step {self.env_steps:,}"
         return f"update {self.update + 1}, rollout step {t + 1}, env step {self.env_steps + (t + 1) * self.cfg.num_envs:,}"
 
-    def _raise_if_nonfinite(self, step: EnvStep, t: int | None) -> None:
-        """Slow path: name the first non-finite env quantity and where it is."""
+    def _raise_if_nonfinite(self, quantities, t: int | None) -> None:
+        """Slow path: name the first non-finite env quantity ((name, [E, N, ...] or [E, state_dim]) pairs) and where."""
         names = self.spec.agent_names
-        for quantity, x in (("reward", step.reward), ("observation", step.obs), ("state", step.state)):
+        for quantity, x in quantities:
             bad = ~torch.isfinite(x)
             if not bad.any():
                 continue
             index = bad.nonzero()[0].tolist()  # [env, agent slot, ...] ([env, feature] for state)
             where = f"env {index[0]}"
-            if quantity != "state":
+            if not quantity.endswith("state"):
                 slot = index[1]
                 where += f", agent slot {slot}" + (f" ({names[slot]})" if slot < len(names) else "")
             raise NonFiniteError(f"non-finite {quantity} ({x[tuple(index)].item()}) from env {self.cfg.env!r} "
@@ -442,7 +451,8 @@ class Experiment:
         if self.last is None:
             self._start_episodes()
         if not math.isfinite(float(self.last.reward.sum() + self.last.obs.sum() + self.last.state.sum())):
-            self._raise_if_nonfinite(self.last, None)
+            self._raise_if_nonfinite((("reward", self.last.reward), ("observation", self.last.obs),
+                                      ("state", self.last.state)), None)
         start = self.segment_start = time.perf_counter()
         segment_steps0 = self.env_steps
         eval_stats = None
