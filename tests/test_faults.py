@@ -295,6 +295,15 @@ def test_resume_with_no_intact_checkpoint_is_a_one_line_error(finished_run, tmp_
     assert checkpoint_updates(run) == [2, 4]  # nothing renamed when nothing is usable
 
 
+def test_eval_of_a_corrupt_checkpoint_is_a_one_line_error(finished_run, tmp_path, capsys):
+    run = unfinished_copy(finished_run, tmp_path)
+    flip_a_byte(run / "checkpoints" / "ckpt_0000004.pt")
+    capsys.readouterr()
+    assert main(["eval", str(run), "--episodes", "2"]) == 2
+    assert stderr_lines(capsys) == [f"hypermappo eval: error: eval: {run / 'checkpoints' / 'ckpt_0000004.pt'} is "
+                                    "unusable (checksum mismatch)"]
+
+
 def test_resume_says_where_it_continues(finished_run, tmp_path, capsys):
     run = unfinished_copy(finished_run, tmp_path)
     capsys.readouterr()
