@@ -60,6 +60,8 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hypermappo", description="MAPPO, IPPO and Hyper-MAPPO for multi-agent RL.",
+                                epilog="exit codes: 0 done, 1 bug (traceback), 2 user mistake, 3 non-finite values "
+                                       "(NaN / inf), 4 the env raised, 130 / 143 SIGINT / SIGTERM (checkpoint saved)",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
