@@ -1,6 +1,16 @@
 """The `hypermappo` command line: train, resume, eval, sweep, compare, presets, config.
 
-User mistakes (unknown preset or key, bad value, missing checkpoint) print one line and exit 2.
+Exit codes (each failure prints one line on stderr, no traceback):
+  0    done
+  1    an unexpected exception (a bug: its traceback is printed)
+  2    a user mistake: unknown preset or key, bad value, missing or no intact checkpoint
+  3    non-finite values (NaN / inf) in env rewards / observations / state, a loss, a gradient norm,
+       the evaluation return or the weights; the last checkpoint stays finite and summary.json says
+       "status": "failed: non-finite ..." (`resume` refuses such a run: it would fail the same way)
+  4    the env raised (in this process or in a worker); traceback in RUN_DIR/error.log;
+       `hypermappo resume RUN_DIR` continues from the last checkpoint
+  130  SIGINT (Ctrl-C), 143  SIGTERM: the first one finishes the current update, saves a checkpoint and
+       prints `hypermappo resume RUN_DIR`; a second one aborts at once (the last checkpoint stays)
 """
 
 from __future__ import annotations
@@ -10,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from hypermappo.errors import UserError
+from hypermappo.errors import RunFailed, RunInterrupted, UserError
 
 EXAMPLES = {
     "train": """examples:
@@ -50,6 +60,8 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hypermappo", description="MAPPO, IPPO and Hyper-MAPPO for multi-agent RL.",
+                                epilog="exit codes: 0 done, 1 bug (traceback), 2 user mistake, 3 non-finite values "
+                                       "(NaN / inf), 4 the env raised, 130 / 143 SIGINT / SIGTERM (checkpoint saved)",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -229,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"hypermappo {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except RunFailed as e:
+        print(f"hypermappo {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except RunInterrupted as e:
+        print(f"hypermappo {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

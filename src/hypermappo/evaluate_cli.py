@@ -18,7 +18,7 @@ from hypermappo.models.actor import build_actor
 
 def load_actor(target: Path):
     """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, actor)."""
-    from hypermappo.experiment import latest_checkpoint
+    from hypermappo.experiment import latest_checkpoint, read_checkpoint
 
     if target.is_dir():
         run_dir, ckpt = target, latest_checkpoint(target)
@@ -30,7 +30,10 @@ def load_actor(target: Path):
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
     actor = build_actor(cfg.actor, spec, cfg)
-    sd = torch.load(ckpt, map_location=cfg.device, weights_only=False)
+    try:
+        sd = read_checkpoint(ckpt, cfg.device)  # size, checksum, keys, finite weights
+    except ValueError as e:
+        raise UserError(f"eval: {ckpt} is unusable ({e})") from None
     actor.load_state_dict(sd["actor"])
     return cfg, actor, ckpt
 

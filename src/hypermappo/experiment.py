@@ -5,17 +5,36 @@ runners). A collect step is one batched forward of actor and critic for all E en
 Checkpoints hold everything needed to continue exactly: networks, optimisers, value
 normaliser, every RNG state, the envs' own state when the backend can save it, the last env
 step, recurrent states, counters and the logger position.
+
+Faults stop a run loudly and never cost a good checkpoint:
+- Non-finite values (NaN / inf) in the env's rewards, observations or state (checked every env
+  step), in a loss or gradient norm (checked before every optimiser step), in the evaluation return
+  or in the weights (checked before every checkpoint) raise `NonFiniteError`: no checkpoint is
+  written, so none is rotated away, and summary.json gets `"status": "failed: non-finite ..."` with
+  no evaluation numbers. Resuming would repeat the failure, so `resume` refuses such a run.
+- An env that raises (in this process or in a worker process) raises `EnvFailure`; the traceback
+  goes to RUN_DIR/error.log, no summary is written, and `resume` continues from the last checkpoint.
+- SIGINT / SIGTERM: the first one lets the current update finish, saves a checkpoint and raises
+  `RunInterrupted` (exit 130 / 143) naming `hypermappo resume RUN_DIR`; a second one aborts at once.
+- Every checkpoint has a sidecar `ckpt_*.pt.crc32` (size and CRC-32). `resume` verifies the newest
+  checkpoint (size, checksum, loadable, expected keys and shapes, finite weights), falls back to the
+  newest intact one and sets the unusable ones aside as `*.pt.corrupt`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import io
 import json
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
+import traceback
+import zlib
 from collections import deque
 from pathlib import Path
 
@@ -28,7 +47,7 @@ from hypermappo.algos.mappo import MAPPO
 from hypermappo.diagnostics import DeadComponentError, Diagnostics, LiveComponentAudit
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
-from hypermappo.errors import UserError
+from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
 from hypermappo.models.actor import build_actor
@@ -38,6 +57,11 @@ from hypermappo.run_lock import LOCK_FILE, RunDirLock
 from hypermappo.storage.rollout import RolloutBuffer
 
 CHECKPOINTS_KEPT = 2
+# what `_load_checkpoint` reads: a checkpoint without one of these is not one of ours
+CHECKPOINT_KEYS = ("update", "env_steps", "wall_s", "logger_rows", "actor", "critic", "algo", "rng", "env_state",
+                   "last_step", "actor_h", "critic_h", "reset_mask", "recent_returns", "diagnostics", "summary_extra",
+                   "prev_obs")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def resolve_threads(n: int) -> int:
@@ -94,6 +118,84 @@ def default_run_dir(cfg) -> Path:
     return Path("runs") / f"{env}_{cfg.algo}_{cfg.actor}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def one_line(error: BaseException) -> str:
+    """`Type: first line of the message`, for one-line reports of exceptions from code we do not own."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0].strip() if lines else '(no message)'}"
+
+
+def floating_tensors(tree, prefix: str = ""):
+    """(dotted name, tensor) for every floating-point tensor in nested dicts / lists / tuples."""
+    if isinstance(tree, torch.Tensor):
+        if tree.is_floating_point():
+            yield prefix, tree
+    elif isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from floating_tensors(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from floating_tensors(v, f"{prefix}.{i}" if prefix else str(i))
+
+
+def first_nonfinite(tree) -> str | None:
+    """Name of the first floating tensor in `tree` holding a NaN or an infinity, or None (exact; for checkpoints)."""
+    for name, t in floating_tensors(tree):
+        if not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
+def _shapes(state_dict: dict) -> dict:
+    """Tensor shapes of a state dict (extra state such as counters: its type), to tell a checkpoint of another config."""
+    return {k: tuple(v.shape) if torch.is_tensor(v) else type(v).__name__ for k, v in state_dict.items()}
+
+
+def checksum_path(ckpt: Path) -> Path:
+    return ckpt.with_name(ckpt.name + ".crc32")
+
+
+def write_durably(path: Path, data) -> None:
+    """Write `data` to `path` via a temp file, on disk before the rename makes it visible."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: Path, device) -> dict:
+    """Load a checkpoint after checking it against its sidecar (size first: a truncated file costs a stat).
+
+    Raises ValueError naming what is wrong. Checkpoints without a sidecar (older runs) are only loaded.
+    """
+    marker = checksum_path(path)
+    if marker.exists():
+        size, crc = marker.read_text().split()
+        actual = path.stat().st_size
+        if actual != int(size):
+            raise ValueError(f"truncated: {actual} of {size} bytes")
+        data = path.read_bytes()
+        if f"{zlib.crc32(data):08x}" != crc:
+            raise ValueError("checksum mismatch")
+        source = io.BytesIO(data)
+    else:
+        source = path
+    try:
+        sd = torch.load(source, map_location=device, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any failure to unpickle means the file is unusable
+        raise ValueError(f"does not load ({one_line(e)})") from None
+    if not isinstance(sd, dict):
+        raise ValueError(f"holds a {type(sd).__name__}, not a checkpoint dict")
+    missing = [k for k in CHECKPOINT_KEYS if k not in sd]
+    if missing:
+        raise ValueError(f"lacks {', '.join(missing)}")
+    bad = first_nonfinite({"actor": sd["actor"], "critic": sd["critic"], "algo": sd["algo"]})
+    if bad:
+        raise ValueError(f"non-finite {bad}")
+    return sd
+
+
 class Experiment:
     def __init__(self, cfg, run_dir: Path | None = None, resume: bool = False, quiet: bool = False):
         self.cfg = cfg
@@ -114,7 +216,15 @@ class Experiment:
         keep_freed_memory()
         seed_everything(cfg.seed)
 
-        self.env = make_env(cfg.env, cfg.num_envs, self.device, **cfg.env_kwargs)
+        self.last_checkpoint: Path | None = None  # newest checkpoint on disk (written or resumed from)
+        self.last_checkpoint_update = -1
+        self.stop_signal: int | None = None  # the first SIGINT / SIGTERM received by run()
+        try:
+            self.env = make_env(cfg.env, cfg.num_envs, self.device, **cfg.env_kwargs)
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - a third-party env's constructor
+            raise EnvFailure(f"env {cfg.env!r} could not be built: {one_line(e)}") from e
         self.spec = self.env.spec
         self.actor = build_actor(cfg.actor, self.spec, cfg).to(self.device)
         self.critic = Critic(self.spec, cfg).to(self.device)
@@ -169,7 +279,12 @@ class Experiment:
     # ------------------------------------------------------------------ collection
 
     def _start_episodes(self) -> None:
-        self.last = self.env.reset(seed=self.cfg.seed)
+        try:
+            self.last = self.env.reset(seed=self.cfg.seed)
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker
+            raise self._env_failure(e, "in reset()") from e
         E, N = self.cfg.num_envs, self.spec.num_agents
         self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
         self.prev_obs = torch.zeros_like(self.last.obs)
@@ -194,10 +309,11 @@ class Experiment:
                        actor_h=self.actor_h, critic_h=self.critic_h,
                        prev_obs=self.prev_obs if self.store_prev_obs else None)
             self.prev_obs = s.obs
-            nxt = self.env.step(actions)
+            nxt = self._env_step(actions, t)
             reward = nxt.reward
             if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
                 # time limit, not a real end: bootstrap from the value of the final observation
+                self._check_final_observations(nxt, t)
                 v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None)
                 alive = nxt.truncated.unsqueeze(-1) & nxt.final_active
                 reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive
@@ -227,12 +343,131 @@ class Experiment:
             stats[k] = float(torch.cat(vs).mean())
         return stats
 
+    def _env_step(self, actions: torch.Tensor, t: int) -> EnvStep:
+        """env.step with its exceptions and non-finite outputs turned into one-line errors."""
+        try:
+            nxt = self.env.step(actions)
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker
+            raise self._env_failure(e, f"at {self._where(t)}") from e
+        # one fused reduction and one sync per step: a NaN / inf anywhere makes the sum non-finite
+        # (an overflowing sum of finite values is re-checked exactly and passes)
+        if not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
+            self._raise_if_nonfinite((("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state)), t)
+        return nxt
+
+    def _check_final_observations(self, step: EnvStep, t: int) -> None:
+        """At a truncation the critic reads the final observation / state of the truncated envs (only those rows)."""
+        rows = step.truncated  # [E]
+        final_obs = torch.where(rows[:, None, None], step.final_obs, 0.0)  # [E, N, obs_dim]
+        final_state = torch.where(rows[:, None], step.final_state, 0.0)  # [E, state_dim]
+        if not math.isfinite(float(final_obs.sum() + final_state.sum())):
+            self._raise_if_nonfinite((("final observation", final_obs), ("final state", final_state)), t)
+
+    def _where(self, t: int | None) -> str:
+        """Position in training for messages: `update u, rollout step t, env step s`."""
+        if t is None:
+            return f"the start of update {self.update + 1}, env step {self.env_steps:,}"
+        return f"update {self.update + 1}, rollout step {t + 1}, env step {self.env_steps + (t + 1) * self.cfg.num_envs:,}"
+
+    def _raise_if_nonfinite(self, quantities, t: int | None) -> None:
+        """Slow path: name the first non-finite env quantity ((name, [E, N, ...] or [E, state_dim]) pairs) and where."""
+        names = self.spec.agent_names
+        for quantity, x in quantities:
+            bad = ~torch.isfinite(x)
+            if not bad.any():
+                continue
+            index = bad.nonzero()[0].tolist()  # [env, agent slot, ...] ([env, feature] for state)
+            where = f"env {index[0]}"
+            if not quantity.endswith("state"):
+                slot = index[1]
+                where += f", agent slot {slot}" + (f" ({names[slot]})" if slot < len(names) else "")
+            raise NonFiniteError(f"non-finite {quantity} ({x[tuple(index)].item()}) from env {self.cfg.env!r} "
+                                 f"at {self._where(t)}: {where} (non-finite values: {int(bad.sum())})")
+
+    def _env_failure(self, error: Exception, when: str) -> EnvFailure:
+        """The env raised: its traceback (with a worker's, if any) to RUN_DIR/error.log, one line for the user."""
+        log = self.run_dir / "error.log"
+        log.write_text("".join(traceback.format_exception(error)))
+        return EnvFailure(f"env {self.cfg.env!r} raised {one_line(error)} ({when}; traceback in {log})")
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict:
+        """Train to the end; see the module docstring for how faults and signals stop it."""
+        handlers = self._install_signal_handlers()
+        try:
+            return self._run()
+        except RunFailed as e:
+            raise self._stopped(e) from e
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def _install_signal_handlers(self) -> dict:
+        """First SIGINT / SIGTERM: stop after this update; returns the previous handlers (main thread only:
+        elsewhere Python cannot install any, and the caller's handling stays as it was)."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            previous[signum] = signal.SIG_DFL if handler is None else handler  # None: installed outside Python
+            signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_signal is None:
+            self.stop_signal = signum
+            if not self.quiet:  # os.write: print() is not safe inside a signal handler
+                os.write(2, f"\n{name}: stopping after this update and saving a checkpoint "
+                            f"({name} again aborts at once)\n".encode())
+            return
+        kept = f"the last checkpoint ({self.last_checkpoint}) is unchanged" if self.last_checkpoint \
+            else "no checkpoint was written"
+        raise RunInterrupted(f"aborted by a second {name}; {kept}; continue with: hypermappo resume {self.run_dir}",
+                             128 + signum)
+
+    def _stop_for_signal(self) -> None:
+        """After the first SIGINT / SIGTERM: checkpoint this update (if not done yet) and stop."""
+        if self.last_checkpoint_update != self.update:
+            self.save_checkpoint()
+        name = signal.Signals(self.stop_signal).name
+        self._end_progress_line()
+        self.logger.close()
+        self.env.close()
+        raise RunInterrupted(f"interrupted by {name} after update {self.update} (env step {self.env_steps:,}); "
+                             f"saved {self.last_checkpoint}; continue with: hypermappo resume {self.run_dir}",
+                             128 + self.stop_signal)
+
+    def _stopped(self, error: RunFailed) -> RunFailed:
+        """Close what is open, record a non-finite failure in summary.json, and add where the last checkpoint is."""
+        self._end_progress_line()
+        for close in (self.logger.close, self.env.close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - already failing; report the first fault, not this one
+                pass
+        kept = f"last checkpoint: {self.last_checkpoint}" if self.last_checkpoint else "no checkpoint was written"
+        if isinstance(error, NonFiniteError):
+            status = f"failed: {error}"
+            self.write_summary(self.wall_before + time.perf_counter() - self.segment_start, None, status=status)
+            return NonFiniteError(f"{error}; {kept} (finite); status in {self.run_dir / 'summary.json'}")
+        return type(error)(f"{error}; {kept}; `hypermappo resume {self.run_dir}` continues from it")
+
+    def _end_progress_line(self) -> None:
+        if not self.quiet and self.cfg.log.progress:
+            print(file=sys.stderr, flush=True)
+
+    def _run(self) -> dict:
         cfg = self.cfg
         if self.last is None:
             self._start_episodes()
+        if not math.isfinite(float(self.last.reward.sum() + self.last.obs.sum() + self.last.state.sum())):
+            self._raise_if_nonfinite((("reward", self.last.reward), ("observation", self.last.obs),
+                                      ("state", self.last.state)), None)
         start = self.segment_start = time.perf_counter()
         segment_steps0 = self.env_steps
         eval_stats = None
@@ -248,7 +483,11 @@ class Experiment:
             diag_due = every and (self.update + 1) % every == 0
             diag = self.diagnostics.before_update(self.buffer, self.algo.recurrent) if diag_due else {}
             t_update = time.perf_counter()
-            losses = self.algo.update(self.buffer, self.batch_generator)
+            try:
+                losses = self.algo.update(self.buffer, self.batch_generator)
+            except NonFiniteError as e:
+                raise NonFiniteError(f"{e} of update {self.update + 1} (env step {self.env_steps:,}) on env "
+                                     f"{cfg.env!r}") from None
             t2 = time.perf_counter()
             if diag_due:
                 diag.update(self.diagnostics.after_update(self.buffer, self.algo.recurrent))
@@ -262,18 +501,20 @@ class Experiment:
             steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
             milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
             if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last or milestone:
-                eval_stats = self.evaluate()
+                eval_stats = self._evaluate_checked()
                 row.update({"eval_return_mean": eval_stats["return_mean"],
                             "eval_return_std": eval_stats["return_std"]})
             self.logger.log(row)
             self._progress(row, start, segment_steps0)
             if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:
                 self.save_checkpoint()
+            if self.stop_signal is not None and not last:
+                self._stop_for_signal()
         wall = self.wall_before + time.perf_counter() - start
         if not self.quiet and cfg.log.progress:
             print(file=sys.stderr)
         if eval_stats is None:  # resumed from the final checkpoint, killed before the summary was written
-            eval_stats = self.evaluate()
+            eval_stats = self._evaluate_checked()
         summary = self.write_summary(wall, eval_stats)
         self.logger.close()
         self.env.close()
@@ -290,9 +531,23 @@ class Experiment:
         result = self.audit.check(self.update)
         self.summary_extra["audit"] = result
         if not result["passed"]:
-            self.write_summary(self.wall_before + time.perf_counter() - self.segment_start, None)
-            raise DeadComponentError(f"live-component audit after {self.update} updates: dead: "
-                                     f"{', '.join(result['dead'])} (details in {self.run_dir / 'summary.json'})")
+            message = f"live-component audit after {self.update} updates: dead: {', '.join(result['dead'])}"
+            self.write_summary(self.wall_before + time.perf_counter() - self.segment_start, None,
+                               status=f"failed: {message}")
+            raise DeadComponentError(f"{message} (details in {self.run_dir / 'summary.json'})")
+
+    def _evaluate_checked(self) -> dict:
+        """The loop's evaluation: the env's exceptions and a non-finite return stop the run."""
+        try:
+            stats = self.evaluate()
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the evaluation envs' own failure
+            raise self._env_failure(e, f"in the evaluation after update {self.update}") from e
+        if not math.isfinite(stats["return_mean"]):
+            raise NonFiniteError(f"non-finite evaluation return ({stats['return_mean']}) after update {self.update} "
+                                 f"(env step {self.env_steps:,}) on env {self.cfg.env!r}")
+        return stats
 
     def evaluate(self, episodes: int | None = None, deterministic: bool = True) -> dict:
         return evaluate_policy(self.cfg, self.actor, episodes or self.cfg.eval_episodes, deterministic, self.device)
@@ -313,8 +568,10 @@ class Experiment:
             msg += f"  eval {row['eval_return_mean']:.2f}"
         print(msg, end="", file=sys.stderr, flush=True)
 
-    def write_summary(self, wall: float, eval_stats: dict | None) -> dict:
+    def write_summary(self, wall: float, eval_stats: dict | None, status: str = "finished") -> dict:
+        """summary.json; `status` is "finished" or "failed: <why>" (then no evaluation numbers)."""
         summary = {
+            "status": status,
             "algo": self.cfg.algo, "actor": self.cfg.actor, "env": self.cfg.env, "seed": self.cfg.seed,
             "env_steps": self.env_steps, "updates": self.update, "wall_s": wall,
             "train_sps": self.env_steps / max(wall, 1e-9),
@@ -353,23 +610,59 @@ class Experiment:
         }
 
     def save_checkpoint(self) -> Path:
-        """Write atomically (temp file + rename); older ones go only after the new one is complete."""
+        """Write atomically (temp file + rename) with its size + CRC-32 sidecar; older ones go only after the
+        new one is complete. Weights with a NaN / inf are never written (so never rotate a good one away)."""
+        bad = first_nonfinite({"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                               "algo": self.algo.state_dict()})
+        if bad:
+            raise NonFiniteError(f"non-finite {bad} before the checkpoint of update {self.update} "
+                                 f"(env step {self.env_steps:,}) on env {self.cfg.env!r}")
         ckdir = self.run_dir / "checkpoints"
         ckdir.mkdir(parents=True, exist_ok=True)
         path = ckdir / f"ckpt_{self.update:07d}.pt"
-        tmp = path.with_suffix(".pt.tmp")
-        with open(tmp, "wb") as f:
-            torch.save(self.checkpoint_state(), f)
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename makes it the latest checkpoint
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        torch.save(self.checkpoint_state(), buffer)
+        data = buffer.getbuffer()
+        write_durably(checksum_path(path), f"{len(data)} {zlib.crc32(data):08x}\n".encode())
+        write_durably(path, data)  # on disk before the rename makes it the latest checkpoint
         for old in sorted(ckdir.glob("ckpt_*.pt"))[:-CHECKPOINTS_KEPT]:
             old.unlink()
+            checksum_path(old).unlink(missing_ok=True)
+        self.last_checkpoint, self.last_checkpoint_update = path, self.update
         return path
 
+    def _intact_checkpoint(self) -> tuple[Path, dict]:
+        """The newest checkpoint that verifies (see `read_checkpoint`, plus the models' keys and shapes).
+
+        Newer unusable ones are renamed `*.pt.corrupt` (kept for inspection, out of the rotation) and the
+        choice is printed on one line; with none intact, a UserError lists why each was rejected.
+        """
+        ckpts = sorted((self.run_dir / "checkpoints").glob("ckpt_*.pt"), reverse=True)
+        models = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict()}
+        rejected = []
+        for path in ckpts:
+            try:
+                sd = read_checkpoint(path, self.device)
+                for name, model in models.items():
+                    if _shapes(sd[name]) != _shapes(model):
+                        raise ValueError(f"its {name} does not match this config's network")
+            except (ValueError, OSError) as e:
+                rejected.append((path, str(e)))
+                continue
+            for bad, _ in rejected:
+                bad.rename(bad.with_name(bad.name + ".corrupt"))
+                checksum_path(bad).unlink(missing_ok=True)
+            skipped = "".join(f"{bad.name} is unusable ({why}), set aside as {bad.name}.corrupt; "
+                              for bad, why in rejected)
+            print(f"resume: {skipped}continuing from {path} (update {sd['update']}, env step {sd['env_steps']:,})",
+                  file=sys.stderr, flush=True)
+            return path, sd
+        reasons = "; ".join(f"{p.name}: {why}" for p, why in rejected)
+        raise UserError(f"{self.run_dir}: no intact checkpoint to resume from ({reasons})")
+
     def _load_checkpoint(self) -> None:
-        path = latest_checkpoint(self.run_dir)
-        sd = torch.load(path, map_location=self.device, weights_only=False)
+        path, sd = self._intact_checkpoint()
+        self.last_checkpoint, self.last_checkpoint_update = path, sd["update"]
         self.actor.load_state_dict(sd["actor"])
         self.critic.load_state_dict(sd["critic"])
         self.algo.load_state_dict(sd["algo"])
@@ -395,7 +688,12 @@ class Experiment:
             self.prev_obs = sd["prev_obs"]
         else:
             # third-party envs cannot save their state: start fresh episodes from the saved RNG state
-            self.last = self.env.reset(seed=self.cfg.seed + self.update)
+            try:
+                self.last = self.env.reset(seed=self.cfg.seed + self.update)
+            except (UserError, RunFailed):
+                raise
+            except Exception as e:  # noqa: BLE001 - the env's own failure
+                raise self._env_failure(e, "in reset() on resume") from e
             self.prev_obs = torch.zeros_like(self.last.obs)
             E, N = self.cfg.num_envs, self.spec.num_agents
             self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
@@ -426,7 +724,15 @@ def resume(run_dir: Path, quiet: bool = False) -> dict:
         raise UserError(f"resume: {str(run_dir)!r} is not a directory")
     cfg = config_mod.from_run_dir(run_dir)
     latest_checkpoint(run_dir)  # fail early with a clear message
-    if (run_dir / "summary.json").exists():
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        try:
+            status = json.loads(summary_path.read_text()).get("status", "finished")
+        except (ValueError, AttributeError):
+            status = "finished"
+        if str(status).startswith("failed"):
+            raise UserError(f"resume: {str(run_dir)!r} stopped ({status}); resuming would repeat that. To retry "
+                            f"from its last checkpoint anyway, delete {summary_path}")
         raise UserError(f"resume: {str(run_dir)!r} already finished (summary.json is there); nothing to resume")
     experiment = Experiment(cfg, run_dir, resume=True, quiet=quiet)
     try:

@@ -4,7 +4,8 @@ Follows the MAPPO reference implementation (Yu et al.): clipped surrogate, entro
 value normalisation, clipped Huber value loss, advantage normalisation over *active* agents,
 separate Adam optimisers and gradient-norm clipping for actor and critic. Dead agents
 (`active = 0`) are removed from every loss term and statistic. IPPO is this same code with the
-critic's input set to the agent's local observation (see `models/critic.py`).
+critic's input set to the agent's local observation (see `models/critic.py`). A NaN / inf in a loss
+or gradient norm raises `NonFiniteError` before the optimiser step, so it never reaches the weights.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos.value_norm import build_value_norm
+from hypermappo.errors import NonFiniteError
 from hypermappo.storage.rollout import RolloutBuffer
 
 
@@ -130,10 +132,10 @@ class MAPPO:
         adv_std = active_adv.std() if active_adv.numel() > 1 else torch.ones(())
         sums: dict[str, torch.Tensor] = {}
         n = 0
-        for _ in range(p.ppo_epoch):
+        for epoch in range(p.ppo_epoch):
             batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator) if self.recurrent
                        else buf.minibatches(p.num_mini_batch, generator))
-            for batch in batches:
+            for minibatch, batch in enumerate(batches):
                 actor_loss, value_loss, stats = self._loss(batch, adv_mean, adv_std)
                 self.actor_opt.zero_grad(set_to_none=True)
                 self.critic_opt.zero_grad(set_to_none=True)
@@ -141,6 +143,9 @@ class MAPPO:
                 (actor_loss + p.value_coef * value_loss).backward()
                 stats["grad_norm_actor"] = grad_norm(self.actor.parameters(), p.max_grad_norm)
                 stats["grad_norm_critic"] = grad_norm(self.critic.parameters(), p.max_grad_norm)
+                checked = (actor_loss.detach(), value_loss.detach(), stats["grad_norm_actor"], stats["grad_norm_critic"])
+                if not torch.isfinite(torch.stack([x.to(actor_loss.device) for x in checked])).all():  # one sync
+                    raise NonFiniteError(f"{nonfinite_term(stats)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
                 self.actor_opt.step()
                 self.critic_opt.step()
                 for k, v in stats.items():
@@ -163,6 +168,16 @@ class MAPPO:
         self.critic_opt.load_state_dict(sd["critic_opt"])
         if sd.get("value_norm"):
             self.value_norm.load_state_dict(sd["value_norm"])
+
+
+def nonfinite_term(stats: dict[str, torch.Tensor]) -> str:
+    """`non-finite <name> (<value>)` for the first loss term or gradient norm that is NaN / inf."""
+    order = ["policy_loss", "value_loss", "entropy", *(k for k in stats if k.endswith("_loss")),
+             "grad_norm_actor", "grad_norm_critic"]
+    for name in dict.fromkeys(order):
+        if name in stats and not torch.isfinite(stats[name]).all():
+            return f"non-finite {name} ({stats[name].item()})"
+    return "non-finite actor_loss"
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> float:

@@ -42,6 +42,7 @@ import os
 import pickle
 import pkgutil
 import re
+import signal
 import traceback
 from dataclasses import dataclass, field
 
@@ -419,8 +420,12 @@ def _transferable(error: BaseException) -> BaseException:
 
 
 def _worker_main(conn, factory, first: int, count: int, total: int) -> None:
-    """Loop of one worker process: build its envs, then answer (command, argument) messages."""
+    """Loop of one worker process: build its envs, then answer (command, argument) messages.
+
+    Ctrl-C reaches every process of the terminal's group: workers ignore it, so the trainer can finish its
+    update on them and save; they stop when told to, when the main process goes away (EOF), or when it dies."""
     die_with_parent()  # a killed training process must not leave its env workers behind
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         group = _EnvGroup(factory, first, count, total)
         conn.send(("ok", group.spec))

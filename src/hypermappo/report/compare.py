@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -216,6 +217,11 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     complete = [d for d in run_dirs if (d / "summary.json").exists() and (d / "metrics.csv").exists()]
     for d in sorted(set(run_dirs) - set(complete)):
         print(f"compare: skipping {d} (unfinished: no summary.json)")
+    for d in list(complete):  # a failed run's curve stops at the fault; its last evaluation is no final score
+        status = str(json.loads((d / "summary.json").read_text()).get("status", "finished"))
+        if status.startswith("failed"):
+            print(f"compare: skipping {d} ({status})")
+            complete.remove(d)
     if not complete:
         raise UserError("no finished runs (with summary.json) among the given directories")
     runs = [load_run(d) for d in complete]
