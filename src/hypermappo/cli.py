@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("preset", help="preset name under configs/ (see `hypermappo presets`) or a YAML path")
     t.add_argument("overrides", nargs="*", help="config overrides key=value (dotted keys for nesting)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
+    t.add_argument("--allow-unused-keys", action="store_true",
+                   help="do not stop on keys this config does not read (a sweep's runs use it for keys only some "
+                        "of its runs read)")
 
     r = add("resume", "continue a run from its last checkpoint")
     r.add_argument("run_dir")
@@ -102,7 +105,7 @@ def cmd_train(args) -> int:
     from hypermappo.config import build_config
     from hypermappo.experiment import Experiment
 
-    cfg = build_config(args.preset, args.overrides)
+    cfg = build_config(args.preset, args.overrides, allow_unused=args.allow_unused_keys)
     exp = Experiment(cfg, quiet=args.quiet)
     print(f"hypermappo train: env={cfg.env} algo={cfg.algo} actor={cfg.actor} seed={cfg.seed} "
           f"E={cfg.num_envs} T={cfg.rollout_length} steps={cfg.total_env_steps:,} -> {exp.run_dir}")
@@ -176,6 +179,8 @@ def cmd_config(args) -> int:
                     print(f"{prefix + f.name:32s} = {v!r:24}  {f.metadata.get('help', '')}{extra}")
         walk(Config())
         return 0
+    if args.preset and "=" in args.preset and not Path(args.preset).exists():  # `config key=v`: no preset
+        args.preset, args.overrides = None, [args.preset, *args.overrides]
     cfg = build_config(args.preset, args.overrides)
     print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
     return 0
