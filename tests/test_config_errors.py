@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hypermappo.cli import main
-from hypermappo.config import build_config, list_presets
+from hypermappo.config import build_config, list_presets, save_yaml
 from hypermappo.errors import UserError
 
 TINY = ["total_env_steps=8", "num_envs=2", "rollout_length=4", "eval_episodes=1", "log.tensorboard=false",
@@ -127,6 +127,7 @@ CLI_CASES = {
     "unknown env": ["env=matrix:nope"],
     "cuda": ["device=cuda"],
     "nested run dir": ["run_dir=a/b/run", "env_kwargs={foo: 1}"],
+    "unclosed list": ["model.hidden_sizes=[64,"],
 }
 
 
@@ -151,3 +152,39 @@ def test_failed_init_keeps_a_directory_that_existed(tmp_path, monkeypatch, capsy
     assert main(["train", "matrix/climbing", *TINY, "run_dir=runs/mine", "env_kwargs={foo: 1}"]) == 2
     assert (tmp_path / "runs" / "mine" / "notes.txt").read_text() == "keep"
     assert "already exists and is not empty" in capsys.readouterr().err
+
+
+def _main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse usage errors
+        return e.code
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "matrix/climbing", *TINY, "run_dir={file}"],
+    ["train", "matrix/climbing", *TINY, "run_dir={file}/run"],
+    ["eval", "{fake}/checkpoints/ckpt_0000001.pt"],
+    ["eval", "{fake}", "--seed", "-1"],
+    ["sweep", "matrix/climbing", "seed=1,2", "--out", "{file}"],
+    ["train"],
+    ["eval", "{fake}", "--episodes", "abc"],
+    ["frobnicate"],
+    ["train", "matrix/climbing", "--fast"],
+], ids=lambda a: " ".join(x for x in a if x not in TINY))
+def test_other_user_errors_exit_2_with_one_line(argv, tmp_path, monkeypatch, capsys):
+    """Run paths that are files, a file that is not a checkpoint, usage mistakes (argparse's usage block too)."""
+    fake = tmp_path / "fake"
+    (fake / "checkpoints").mkdir(parents=True)
+    (fake / "checkpoints" / "ckpt_0000001.pt").write_text("not a checkpoint")
+    save_yaml(build_config("matrix/climbing"), fake / "config.yaml")
+    (tmp_path / "a_file").write_text("x")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    before = sorted(tmp_path.rglob("*"))
+    argv = [a.format(file=tmp_path / "a_file", fake=fake) for a in argv]
+    assert _main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "error: " in err and "Traceback" not in err, err
+    assert sorted(tmp_path.rglob("*")) == before

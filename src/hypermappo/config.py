@@ -258,7 +258,10 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
         if isinstance(value, str):
             s = value.strip()
             if s.startswith("["):
-                value = yaml.safe_load(s)
+                try:
+                    value = yaml.safe_load(s)
+                except yaml.YAMLError:
+                    raise UserError(f"{key}: expected a list like [1, 2] or 1,2, got {value!r}") from None
             else:
                 value = [v for v in s.split(",") if v.strip()] if s else []
             from_string = True

@@ -28,14 +28,20 @@ def load_actor(target: Path):
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
     actor = build_actor(cfg.actor, spec, cfg)
-    sd = torch.load(ckpt, map_location=cfg.device, weights_only=False)
-    actor.load_state_dict(sd["actor"])
+    try:
+        sd = torch.load(ckpt, map_location=cfg.device, weights_only=False)
+        actor.load_state_dict(sd["actor"])
+    except Exception as e:  # not a checkpoint, a truncated one, or one of another config
+        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise UserError(f"eval: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
     return cfg, actor, ckpt
 
 
 def run_eval(target: Path, episodes: int, deterministic: bool, render: str | None, seed: int | None) -> dict:
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
+    if seed is not None and seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
     if render and Path(render).suffix.lower() not in (".gif", ".mp4"):
         raise UserError(f"--render {render!r}: expected a .gif or .mp4 file name")
     cfg, actor, ckpt = load_actor(target)

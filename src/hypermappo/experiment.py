@@ -102,6 +102,8 @@ class Experiment:
         created = _missing_ancestor(run_dir)  # the outermost directory claiming would create (None: it exists)
         existed_empty = run_dir.is_dir()
         self._claimed = False
+        if not resume:
+            _check_not_under_a_file(run_dir)
         try:
             self._build(cfg, run_dir, resume, quiet)
         except BaseException:
@@ -400,6 +402,12 @@ class Experiment:
                 else None
             self.critic_h = torch.zeros(E, N, self.critic.hidden_size, device=self.device) \
                 if self.critic.hidden_size else None
+
+
+def _check_not_under_a_file(run_dir: Path) -> None:
+    for p in [run_dir, *run_dir.parents]:
+        if p.exists() and not p.is_dir():
+            raise UserError(f"run_dir {str(run_dir)!r}: {str(p)!r} is a file, not a directory; pick another run_dir")
 
 
 def _missing_ancestor(path: Path) -> Path | None:

@@ -322,6 +322,8 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     out = Path(out) if out else default_out(preset)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; expected a sweep directory")
     n_workers = workers or _cpu_count()
     runs = expand(preset, args, out, n_workers)
     statuses = [(run, run_status(preset, run)) for run in runs]
