@@ -22,6 +22,9 @@ def load_actor(target: Path):
         run_dir, ckpt = target, latest_checkpoint(target)
     elif target.is_file():
         run_dir, ckpt = target.parent.parent, target
+        if not (run_dir / "config.yaml").exists():
+            raise UserError(f"eval: {str(target)!r} is not inside a run directory (expected "
+                            f"RUN_DIR/checkpoints/ckpt_*.pt next to RUN_DIR/config.yaml)")
     else:
         raise UserError(f"eval: {str(target)!r} is neither a run directory nor a checkpoint file")
     cfg = config_mod.from_run_dir(run_dir)
