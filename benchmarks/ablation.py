@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # per-sample (observation) contexts: a 16-wide encoder and hypernetwork generating a rank-1 increment keep the
 # cost per env step within 1.5x of MAPPO (benchmarks/throughput.py); the 64-wide full-rank default is ~3.5x
-LEAN_OBS = ["hyper.obs_embed_dim=16", "hyper.history_hidden=16", "hyper.hidden=16", "hyper.rank=1"]
+LEAN_OBS = ["hyper.obs_embed_dim=16", "hyper.hidden=16", "hyper.rank=1"]  # + history_hidden=16 with history
 REGULARISERS_HYPER = ["hyper.alpha=0.1", "hyper.beta=0.05", "hyper.target=hard", "hyper.target_interval=10"]
 VARIANTS = {
     "mappo_shared": ["actor=mlp"],
@@ -39,7 +39,7 @@ VARIANTS = {
     "hyper_id": ["actor=hyper", "hyper.context=agent_id", "hyper.lr=1e-3"],
     "hyper_obs_attn": ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "hyper.lr=1e-3", *LEAN_OBS],
     "hyper_obs_attn_gru": ["actor=hyper", "hyper.context=obs,history", "hyper.layers=last", "hyper.lr=1e-3",
-                           "ppo.data_chunk_length=25", *LEAN_OBS],
+                           "ppo.data_chunk_length=25", *LEAN_OBS, "hyper.history_hidden=16"],
 }
 # the egocentric stag hunt: MAPPO finds the stag in 3/3 seeds there (1/3 with the default absolute-position
 # observations), so differences between variants are not drowned by which equilibrium a seed lands in

@@ -169,7 +169,7 @@ def test_factored_generation_equals_explicit_weights(overrides):
     """Per-sample generation never forms W(z); its outputs, gradients, ||delta|| and ||delta - delta'|| (also
     against a target net) must equal those of the explicit per-sample weights."""
     spec = _spec()
-    cfg = build_config(None, ["actor=hyper", "hyper.target=hard", *overrides])
+    cfg = build_config(None, ["actor=hyper", "hyper.target=hard", "hyper.alpha=0.1", *overrides])
     torch.manual_seed(3)
     actor = build_actor("hyper", spec, cfg).double()
     with torch.no_grad():  # move the zero-initialised heads so delta is not trivially 0

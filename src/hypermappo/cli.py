@@ -58,11 +58,18 @@ examples:
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes on one line, like every other user error (the usage is in --help)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hypermappo", description="MAPPO, IPPO and Hyper-MAPPO for multi-agent RL.",
-                                epilog="exit codes: 0 done, 1 bug (traceback), 2 user mistake, 3 non-finite values "
-                                       "(NaN / inf), 4 the env raised, 130 / 143 SIGINT / SIGTERM (checkpoint saved)",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="hypermappo", description="MAPPO, IPPO and Hyper-MAPPO for multi-agent RL.",
+                epilog="exit codes: 0 done, 1 bug (traceback), 2 user mistake, 3 non-finite values "
+                       "(NaN / inf), 4 the env raised, 130 / 143 SIGINT / SIGTERM (checkpoint saved)",
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name, help):
@@ -73,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("preset", help="preset name under configs/ (see `hypermappo presets`) or a YAML path")
     t.add_argument("overrides", nargs="*", help="config overrides key=value (dotted keys for nesting)")
     t.add_argument("--quiet", action="store_true", help="no progress line")
+    t.add_argument("--allow-unused-keys", action="store_true",
+                   help="do not stop on keys this config does not read (a sweep's runs use it for keys only some "
+                        "of its runs read)")
 
     r = add("resume", "continue a run from its last checkpoint")
     r.add_argument("run_dir")
@@ -115,7 +125,7 @@ def cmd_train(args) -> int:
     from hypermappo.config import build_config
     from hypermappo.experiment import Experiment
 
-    cfg = build_config(args.preset, args.overrides)
+    cfg = build_config(args.preset, args.overrides, allow_unused=args.allow_unused_keys)
     exp = Experiment(cfg, quiet=args.quiet)
     per_update = cfg.num_envs * cfg.rollout_length
     trained = exp.updates_total * per_update  # whole rollouts: total_env_steps rounded up
@@ -194,6 +204,8 @@ def cmd_config(args) -> int:
                     print(f"{prefix + f.name:32s} = {v!r:24}  {f.metadata.get('help', '')}{extra}")
         walk(Config())
         return 0
+    if args.preset and "=" in args.preset and not Path(args.preset).exists():  # `config key=v`: no preset
+        args.preset, args.overrides = None, [args.preset, *args.overrides]
     cfg = build_config(args.preset, args.overrides)
     print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
     return 0

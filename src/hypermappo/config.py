@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ _FALSE = {"false", "no", "0", "off"}
 
 
 def opt(default: Any, help: str, *, choices: list | None = None, min: float | None = None,
-        max: float | None = None, min_exclusive: bool = False) -> Any:
-    """A config field: default, one-line help and the checks its value must pass."""
-    meta = {"help": help, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive}
+        max: float | None = None, min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
+    """A config field: default, one-line help and the checks its value must pass (floats must also be finite)."""
+    meta = {"help": help, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
+            "max_exclusive": max_exclusive}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -38,15 +40,16 @@ def opt(default: Any, help: str, *, choices: list | None = None, min: float | No
 class PPOConfig:
     """PPO / MAPPO hyperparameters; defaults are the MAPPO reference code's MPE settings."""
 
-    lr_actor: float = opt(7e-4, "actor learning rate (Adam)", min=0.0, min_exclusive=True)
-    lr_critic: float = opt(7e-4, "critic learning rate (Adam)", min=0.0, min_exclusive=True)
-    adam_eps: float = opt(1e-5, "Adam epsilon", min=0.0, min_exclusive=True)
-    weight_decay: float = opt(0.0, "Adam weight decay", min=0.0)
+    lr_actor: float = opt(7e-4, "actor learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    lr_critic: float = opt(7e-4, "critic learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    adam_eps: float = opt(1e-5, "Adam epsilon", min=0.0, min_exclusive=True, max=1.0)
+    weight_decay: float = opt(0.0, "Adam weight decay", min=0.0, max=1.0)
     ppo_epoch: int = opt(10, "passes over each rollout", min=1)
     num_mini_batch: int = opt(1, "mini-batches per pass", min=1)
-    clip: float = opt(0.2, "PPO ratio clip epsilon (also the value clip range)", min=0.0, min_exclusive=True)
-    entropy_coef: float = opt(0.01, "entropy bonus coefficient c_H", min=0.0)
-    value_coef: float = opt(1.0, "value loss coefficient c_V", min=0.0)
+    clip: float = opt(0.2, "PPO ratio clip epsilon (also the value clip range)", min=0.0, min_exclusive=True,
+                      max=1.0, max_exclusive=True)
+    entropy_coef: float = opt(0.01, "entropy bonus coefficient c_H", min=0.0, max=1.0)
+    value_coef: float = opt(1.0, "value loss coefficient c_V", min=0.0, max=100.0)
     gamma: float = opt(0.99, "discount factor", min=0.0, max=1.0)
     gae_lambda: float = opt(0.95, "GAE lambda", min=0.0, max=1.0)
     max_grad_norm: float = opt(10.0, "gradient-norm clip for actor and critic (0 = off)", min=0.0)
@@ -74,9 +77,9 @@ class ModelConfig:
     share_params: bool = opt(True, "one network for all agents (else separate weights, one batched call)")
     agent_id: bool = opt(False, "append the agent's one-hot id to the actor input")
     rnn_hidden: int = opt(64, "GRU hidden size (actor=rnn)", min=1)
-    gain: float = opt(2 ** 0.5, "orthogonal init gain of hidden layers", min=0.0)
-    policy_gain: float = opt(0.01, "orthogonal init gain of the policy head", min=0.0)
-    log_std_init: float = opt(0.0, "initial log-std of Gaussian actions")
+    gain: float = opt(2 ** 0.5, "orthogonal init gain of hidden layers", min=0.0, max=100.0)
+    policy_gain: float = opt(0.01, "orthogonal init gain of the policy head", min=0.0, max=100.0)
+    log_std_init: float = opt(0.0, "initial log-std of Gaussian actions", min=-20.0, max=2.0)
 
 
 @dataclass
@@ -120,7 +123,7 @@ class HyperConfig:
     output: str = opt("increment", "increment (theta_base + delta) or full (generated weights, no base)",
                       choices=["increment", "full"])
     rank: int = opt(0, "low-rank generation delta = U V with this rank (0 = full matrices)", min=0)
-    lr: float = opt(1e-4, "hypernetwork learning rate", min=0.0, min_exclusive=True)
+    lr: float = opt(1e-4, "hypernetwork learning rate", min=0.0, min_exclusive=True, max=1.0)
     alpha: float = opt(0.0, "smoothness weight: ||delta_t - delta_{t-1}||^2 (+ target term); suggested 0.1", min=0.0)
     beta: float = opt(0.0, "alignment weight: KL(pi_old || pi_new) on stored behaviour params, any actor; "
                            "suggested 0.05",
@@ -128,7 +131,7 @@ class HyperConfig:
     target: str = opt("none", "target hypernetwork for the smoothness term: none, hard (copy every "
                               "target_interval updates), polyak (tau each update)", choices=["none", "hard", "polyak"])
     target_interval: int = opt(10, "K: updates between hard target syncs", min=1)
-    target_tau: float = opt(0.01, "Polyak rate of the target hypernetwork", min=0.0, max=1.0)
+    target_tau: float = opt(0.01, "Polyak rate of the target hypernetwork", min=0.0, min_exclusive=True, max=1.0)
 
 
 @dataclass
@@ -231,14 +234,19 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     if tp is float:
         if isinstance(value, bool):
             raise UserError(f"{key}: expected a number, got {value!r}")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value.strip())
+                number = float(value.strip())
             except ValueError:
                 pass
-        raise UserError(f"{key}: expected a number, got {value!r}")
+        if number is None:
+            raise UserError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(number):  # nan / inf pass every range comparison or blow up the losses
+            raise UserError(f"{key}: expected a finite number, got {value!r}")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -250,7 +258,10 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
         if isinstance(value, str):
             s = value.strip()
             if s.startswith("["):
-                value = yaml.safe_load(s)
+                try:
+                    value = yaml.safe_load(s)
+                except yaml.YAMLError:
+                    raise UserError(f"{key}: expected a list like [1, 2] or 1,2, got {value!r}") from None
             else:
                 value = [v for v in s.split(",") if v.strip()] if s else []
             from_string = True
@@ -285,17 +296,41 @@ def _check_range(key: str, value: Any, meta: dict) -> None:
         if lo is not None and (v < lo or (meta.get("min_exclusive") and v == lo)):
             op = ">" if meta.get("min_exclusive") else ">="
             raise UserError(f"{key}: expected a value {op} {lo}, got {v!r}")
-        if hi is not None and v > hi:
-            raise UserError(f"{key}: expected a value <= {hi}, got {v!r}")
+        if hi is not None and (v > hi or (meta.get("max_exclusive") and v == hi)):
+            op = "<" if meta.get("max_exclusive") else "<="
+            raise UserError(f"{key}: expected a value {op} {hi}, got {v!r}")
 
 
 def _fields(cls) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
+def _all_keys(obj: Any = None, prefix: str = "") -> list[str]:
+    """Every dotted leaf key of the config, e.g. ppo.gamma."""
+    obj = Config() if obj is None else obj
+    keys = []
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        keys += _all_keys(v, prefix + f.name + ".") if dataclasses.is_dataclass(v) else [prefix + f.name]
+    return keys
+
+
 def _unknown_key(key: str, prefix: str, known: list[str]) -> UserError:
+    """Suggest a close key of this section, else the dotted keys of any section that have this name, start
+    with it (lr -> ppo.lr_actor) or are a close match: a bare `gamma=` means `ppo.gamma=`."""
+    leaves = {k: k.rsplit(".", 1)[-1] for k in _all_keys()}
+    near = set(difflib.get_close_matches(key, list(set(leaves.values())), n=3, cutoff=0.8))
+    found = ([k for k, name in leaves.items() if name == key]
+             + [k for k, name in leaves.items() if name.startswith(key + "_")]
+             + [k for k, name in leaves.items() if name in near and name != key])
+    found = [k for k in dict.fromkeys(found) if k != prefix + key]
     close = difflib.get_close_matches(key, known, n=1)
-    hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
+    if found and not (close and close[0] == key):
+        hint = f" (did you mean {' or '.join(repr(k) for k in found[:4])}?)"
+        if close and not any(k == prefix + close[0] for k in found):
+            hint = f" (did you mean {prefix + close[0]!r}, {', '.join(repr(k) for k in found[:3])}?)"
+    else:
+        hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
     return UserError(f"unknown config key {prefix + key!r}{hint}")
 
 
@@ -351,6 +386,8 @@ def preset_path(name: str) -> Path:
     if path.suffix in (".yaml", ".yml") and path.exists():
         return path
     path = CONFIG_DIR / f"{name}.yaml"
+    if not path.exists() and "=" in name:
+        raise UserError(f"expected a preset name before the overrides, got {name!r}; see `hypermappo presets`")
     if not path.exists():
         presets = list_presets()
         close = difflib.get_close_matches(name, presets, n=3, cutoff=0.4)
@@ -369,8 +406,11 @@ def load_yaml(path: Path) -> dict:
     return data
 
 
-def build_config(preset: str | None = None, overrides: list[str] = (), base: dict | None = None) -> Config:
-    """Defaults <- preset YAML (or `base` dict) <- overrides, then cross-field checks."""
+def build_config(preset: str | None = None, overrides: list[str] = (), base: dict | None = None,
+                 allow_unused: bool = False) -> Config:
+    """Defaults <- preset YAML (or `base` dict) <- overrides, then cross-field checks and (unless
+    `allow_unused`, which a sweep uses for keys only some of its runs read) the unused-key check."""
+    check_duplicate_keys(overrides)
     cfg = Config()
     if base is not None:
         apply_dict(cfg, base)
@@ -379,7 +419,75 @@ def build_config(preset: str | None = None, overrides: list[str] = (), base: dic
     for o in overrides:
         apply_override(cfg, o)
     validate(cfg)
+    if not allow_unused:
+        for message in unused_keys(cfg).values():
+            raise UserError(message)
     return cfg
+
+
+def check_duplicate_keys(overrides: list[str]) -> None:
+    """`seed=1 seed=2` is a mistake, not "the last one wins"."""
+    seen: dict[str, str] = {}
+    for o in overrides:
+        key = o.split("=", 1)[0].strip()
+        if "=" in o and key in seen:
+            raise UserError(f"{key}: given twice ({seen[key]!r} and {o!r}); give each key once")
+        seen[key] = o
+
+
+def _recurrent(cfg: Config) -> bool:
+    """Whether any network has a GRU (MAPPO then trains on chunks of ppo.data_chunk_length steps)."""
+    return (cfg.actor == "rnn" or cfg.critic.recurrent == "on"
+            or (cfg.actor == "hyper" and "history" in cfg.hyper.context))
+
+
+def unused_keys(cfg: Config) -> dict[str, str]:
+    """Keys set to a non-default value that nothing reads in this config -> one-line error naming the key
+    and what would make it read. A key equal to its default is never reported (it is not "set")."""
+    default, h = Config(), cfg.hyper
+    out: dict[str, str] = {}
+
+    def check(key: str, used: bool, needs: str) -> None:
+        section, name = key.split(".") if "." in key else ("", key)
+        value = getattr(getattr(cfg, section) if section else cfg, name)
+        if not used and value != getattr(getattr(default, section) if section else default, name):
+            out[key] = f"{key}={value!r} has no effect: {needs}"
+
+    hyper = cfg.actor == "hyper"
+    for f in dataclasses.fields(HyperConfig):
+        if f.name != "beta":  # the KL alignment term works with any actor
+            check(f"hyper.{f.name}", hyper, f"it is read only by the hypernetwork actor (actor=hyper), "
+                                            f"got actor={cfg.actor!r}")
+    if hyper:
+        ids, obs, attention = "agent_id" in h.context, "obs" in h.context, h.obs_aggregation == "attention"
+        context = f"hyper.context={h.context}"
+        check("hyper.id_encoding", ids, f"it needs agent_id in hyper.context, got {context}")
+        check("hyper.id_embed_dim", ids and h.id_encoding == "embedding",
+              f"it needs hyper.id_encoding=embedding and agent_id in hyper.context, got "
+              f"id_encoding={h.id_encoding!r}, {context}")
+        for name in ("obs_aggregation", "obs_embed_dim"):
+            check(f"hyper.{name}", obs, f"it needs obs in hyper.context, got {context}")
+        for name in ("attention_heads", "attention_kernel"):
+            check(f"hyper.{name}", obs and attention, f"it needs obs in hyper.context and "
+                                                      f"hyper.obs_aggregation=attention, got {context}, "
+                                                      f"obs_aggregation={h.obs_aggregation!r}")
+        check("hyper.history_hidden", "history" in h.context, f"it needs history in hyper.context, got {context}")
+        check("hyper.hidden", h.mlp_layers > 0, "with hyper.mlp_layers=0 there is no hypernetwork hidden layer")
+        check("hyper.target_interval", h.target == "hard", f"it needs hyper.target=hard, got {h.target!r}")
+        check("hyper.target_tau", h.target == "polyak", f"it needs hyper.target=polyak, got {h.target!r}")
+        if h.target != "none" and h.alpha == 0 and "hyper.target" not in out:
+            out["hyper.target"] = (f"hyper.target={h.target!r} builds a target hypernetwork that nothing reads: only "
+                                   f"the smoothness term reads it, so it needs hyper.alpha>0 (got hyper.alpha=0)")
+    check("model.rnn_hidden", cfg.actor == "rnn" or cfg.critic.recurrent == "on",
+          f"it is the GRU size of actor=rnn or critic.recurrent=on, got actor={cfg.actor!r}, "
+          f"critic.recurrent={cfg.critic.recurrent!r}")
+    check("ppo.data_chunk_length", _recurrent(cfg),
+          "nothing is recurrent (it needs actor=rnn, critic.recurrent=on or history in hyper.context)")
+    check("ppo.huber_delta", cfg.ppo.huber, "it needs ppo.huber=true")
+    check("log.wandb_project", cfg.log.wandb, "it needs log.wandb=true")
+    for name in ("grad_cos_samples", "snd_pool"):
+        check(f"diagnostics.{name}", cfg.diagnostics.every > 0, "diagnostics are off (diagnostics.every=0)")
+    return out
 
 
 def validate(cfg: Config) -> None:

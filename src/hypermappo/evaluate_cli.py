@@ -24,6 +24,9 @@ def load_actor(target: Path):
         run_dir, ckpt = target, latest_checkpoint(target)
     elif target.is_file():
         run_dir, ckpt = target.parent.parent, target
+        if not (run_dir / "config.yaml").exists():
+            raise UserError(f"eval: {str(target)!r} is not inside a run directory (expected "
+                            f"RUN_DIR/checkpoints/ckpt_*.pt next to RUN_DIR/config.yaml)")
     else:
         raise UserError(f"eval: {str(target)!r} is neither a run directory nor a checkpoint file")
     cfg = config_mod.from_run_dir(run_dir)
@@ -32,9 +35,16 @@ def load_actor(target: Path):
     actor = build_actor(cfg.actor, spec, cfg)
     try:
         sd = read_checkpoint(ckpt, cfg.device)  # size, checksum, keys, finite weights
-    except ValueError as e:
+    except ValueError as e:  # failed verification: truncated, checksum, missing keys, non-finite weights
         raise UserError(f"eval: {ckpt} is unusable ({e})") from None
-    actor.load_state_dict(sd["actor"])
+    except Exception as e:  # noqa: BLE001 - not a checkpoint at all
+        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise UserError(f"eval: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
+    try:
+        actor.load_state_dict(sd["actor"])
+    except Exception as e:  # noqa: BLE001 - a checkpoint of another config
+        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise UserError(f"eval: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
     return cfg, actor, ckpt
 
 
@@ -77,6 +87,8 @@ def run_eval(target: Path, episodes: int, deterministic: bool, render: str | Non
     """Evaluate; unless `quiet`, a progress line on stderr (stdout stays the JSON result)."""
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
+    if seed is not None and seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
     if render and Path(render).suffix.lower() not in (".gif", ".mp4"):
         raise UserError(f"--render {render!r}: expected a .gif or .mp4 file name")
     cfg, actor, ckpt = load_actor(target)

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import sys
 import threading
@@ -198,9 +199,28 @@ def read_checkpoint(path: Path, device) -> dict:
 
 class Experiment:
     def __init__(self, cfg, run_dir: Path | None = None, resume: bool = False, quiet: bool = False):
+        """Builds everything; if that fails (a user error found only here, e.g. an env kwarg the env does not
+        take), what this process created of the run directory is removed again."""
+        run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
+        created = _missing_ancestor(run_dir)  # the outermost directory claiming would create (None: it exists)
+        existed_empty = run_dir.is_dir()
+        self._claimed = False
+        if not resume:
+            _check_not_under_a_file(run_dir)
+        try:
+            self._build(cfg, run_dir, resume, quiet)
+        except BaseException:
+            lock = getattr(self, "run_lock", None)
+            if lock is not None:
+                lock.release()  # a failed start holds no run directory
+            if self._claimed:
+                _remove_claim(run_dir, created, existed_empty)
+            raise
+
+    def _build(self, cfg, run_dir: Path, resume: bool, quiet: bool) -> None:
         self.cfg = cfg
         self.quiet = quiet
-        self.run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
+        self.run_dir = run_dir
         if resume:
             self.run_lock = RunDirLock(self.run_dir)  # held until the run ends: no second process trains it
             if (self.run_dir / "summary.json").exists():  # finished while this process waited to start
@@ -209,6 +229,7 @@ class Experiment:
                                 f"nothing to resume")
         else:
             self._claim_run_dir()
+            self._claimed = True
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"device: {cfg.device!r} asked for, but this machine has no CUDA device")
@@ -701,6 +722,44 @@ class Experiment:
                 else None
             self.critic_h = torch.zeros(E, N, self.critic.hidden_size, device=self.device) \
                 if self.critic.hidden_size else None
+
+
+def _check_not_under_a_file(run_dir: Path) -> None:
+    for p in [run_dir, *run_dir.parents]:
+        if p.exists() and not p.is_dir():
+            raise UserError(f"run_dir {str(run_dir)!r}: {str(p)!r} is a file, not a directory; pick another run_dir")
+
+
+def _missing_ancestor(path: Path) -> Path | None:
+    """The outermost of `path` and its parents that does not exist yet (None when `path` exists)."""
+    if path.exists():
+        return None
+    missing = path
+    for parent in path.absolute().parents:
+        if parent.exists():
+            break
+        missing = parent
+    return missing
+
+
+def _remove_claim(run_dir: Path, created: Path | None, existed_empty: bool) -> None:
+    """Undo a run directory claim: delete the run directory if this process created it, and the parents it
+    created while they are empty (another run may have started in one since); for a run directory that
+    existed (empty, or claiming would have refused it), only what was put into it."""
+    if created is None:
+        if existed_empty and run_dir.is_dir():
+            for child in run_dir.iterdir():
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    created = created.absolute()
+    for parent in run_dir.absolute().parents:
+        if parent != created and created not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
 
 
 def latest_checkpoint(run_dir: Path) -> Path:

@@ -55,6 +55,7 @@ class SweepRun:
     overrides: list[str]  # key=value overrides of this run, run_dir last
     run_dir: Path
     log: Path
+    unused_keys: bool = False  # sets keys this run does not read (but other runs of the sweep do)
 
 
 def split_values(key: str, text: str) -> list[str]:
@@ -134,9 +135,9 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
     keys = [k for k, _ in axes]
     threads = []
     user_set_threads = "torch_threads" in {a.split("=", 1)[0].strip() for a in args}
-    if not user_set_threads and config_mod.build_config(preset, fixed).torch_threads == 0:
+    if not user_set_threads and config_mod.build_config(preset, fixed, allow_unused=True).torch_threads == 0:
         threads = [f"torch_threads={max(1, _cpu_count() // max(1, workers))}"]  # no oversubscription
-    runs, names = [], {}
+    runs, names, unused = [], {}, None
     for point in itertools.product(*(values for _, values in axes)):
         name = ",".join(_name_part(k, v) for k, v in zip(keys, point)) or "run"
         varied = [f"{k}={v}" for k, v in zip(keys, point)]
@@ -145,8 +146,11 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
         names[name] = varied
         run_dir = out / name
         overrides = fixed + varied + threads + [f"run_dir={run_dir}"]
-        config_mod.build_config(preset, overrides)
-        runs.append(SweepRun(name, overrides, run_dir, out / "logs" / f"{name}.log"))
+        found = config_mod.unused_keys(config_mod.build_config(preset, overrides, allow_unused=True))
+        unused = found if unused is None else {k: m for k, m in unused.items() if k in found}
+        runs.append(SweepRun(name, overrides, run_dir, out / "logs" / f"{name}.log", bool(found)))
+    for message in (unused or {}).values():  # a key some runs read (actor=mlp,hyper hyper.lr=...) is fine
+        raise UserError(f"{message} (in every run of the sweep)")
     return runs
 
 
@@ -172,7 +176,7 @@ def run_status(preset: str, run: SweepRun) -> str:
         if {p.name for p in d.iterdir()} <= _RUN_FILES:
             return "restart"
         raise UserError(f"{d} exists and is not a hypermappo run; move it away or choose another --out")
-    want = _comparable(config_mod.to_dict(config_mod.build_config(preset, run.overrides)))
+    want = _comparable(config_mod.to_dict(config_mod.build_config(preset, run.overrides, allow_unused=True)))
     have = _comparable(yaml.safe_load((d / "config.yaml").read_text()) or {})
     if want != have:
         diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
@@ -187,7 +191,7 @@ def command(preset: str, run: SweepRun, status: str) -> list[str]:
     """hypermappo CLI arguments that start or continue this run."""
     if status == "resume":
         return ["resume", str(run.run_dir), "--quiet"]
-    return ["train", preset, *run.overrides, "--quiet"]
+    return ["train", preset, *run.overrides, "--quiet"] + (["--allow-unused-keys"] if run.unused_keys else [])
 
 
 def _report(i: int, total: int, run: SweepRun, code: int, seconds: float) -> None:
@@ -323,6 +327,8 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     out = Path(out) if out else default_out(preset)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; expected a sweep directory")
     n_workers = workers or _cpu_count()
     runs = expand(preset, args, out, n_workers)
     statuses = [(run, run_status(preset, run)) for run in runs]
@@ -346,7 +352,7 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps({"preset": preset, "args": args,
                                                 "runs": {r.name: r.overrides for r in runs}}, indent=2))
-    threads = config_mod.build_config(preset, runs[0].overrides).torch_threads or 1
+    threads = config_mod.build_config(preset, runs[0].overrides, allow_unused=True).torch_threads or 1
     if use_ray or ray_address:
         failed = run_ray(preset, todo, ray_address, workers, threads)
     else:
