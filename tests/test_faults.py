@@ -108,8 +108,14 @@ def test_env_exception_stops_with_one_line_and_the_run_stays_resumable(tmp_path,
 STAGHUNT = ["env=staghunt", "seed=3", "total_env_steps=240", "checkpoint_interval=1", "diagnostics.every=0", *TINY]
 
 
+def with_overrides(base: list[str], overrides) -> list[str]:
+    """`base` with the keys set again in `overrides` replaced (a key given twice is a user error)."""
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [o for o in base if o.split("=", 1)[0] not in keys] + list(overrides)
+
+
 def staghunt_experiment(run: Path, overrides=()) -> Experiment:
-    cfg = config_mod.build_config("staghunt/default", [*STAGHUNT, *overrides, f"run_dir={run}"])
+    cfg = config_mod.build_config("staghunt/default", [*with_overrides(STAGHUNT, overrides), f"run_dir={run}"])
     return Experiment(cfg, quiet=True)
 
 
@@ -205,7 +211,8 @@ def test_nonfinite_evaluation_return_writes_no_eval_number(tmp_path, monkeypatch
 
 def test_a_finished_run_says_so(tmp_path):
     run = tmp_path / "run"
-    assert main(["train", "staghunt/default", *STAGHUNT, "total_env_steps=40", f"run_dir={run}", "--quiet"]) == 0
+    short = [o for o in STAGHUNT if not o.startswith("total_env_steps")]
+    assert main(["train", "staghunt/default", *short, "total_env_steps=40", f"run_dir={run}", "--quiet"]) == 0
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
 
 
