@@ -3,7 +3,8 @@
 Follows the MAPPO reference implementation (Yu et al.): clipped surrogate, entropy bonus,
 value normalisation, clipped Huber value loss, advantage normalisation over *active* agents,
 separate Adam optimisers and gradient-norm clipping for actor and critic. Dead agents
-(`active = 0`) are removed from every loss term and statistic. IPPO is this same code with the
+(`active = 0`) are removed from every loss term and statistic; what their death does to the
+returns is `ppo.death` (`algos/death.py`), applied when the rollout is collected. IPPO is this same code with the
 critic's input set to the agent's local observation (see `models/critic.py`).
 """
 
