@@ -60,6 +60,14 @@ class PPOConfig:
     advantage_norm: bool = opt(True, "normalise advantages over active agents")
     bootstrap_truncated: bool = opt(True, "bootstrap V(final obs) at time-limit truncation "
                                           "(the reference code treats truncation as terminal)")
+    death: str = opt("auto", "a dead agent's targets: episode (reference: it stays in the episode with the team reward, "
+                             "GAE cut only at episode ends, death-masked critic input; losses weight alive steps only), "
+                             "agent (its GAE trace ends at its death, dead slots get 0); auto = episode for envs with a "
+                             "team reward, else agent", choices=["auto", "episode", "agent"])
+    minibatch_over: str = opt("samples", "what a mini-batch draws: samples = (t, env) rows with all agents together, "
+                                         "agents = (t, env, agent) triples as the reference (the rows they touch are "
+                                         "evaluated whole, only the drawn agents carry loss weight)",
+                              choices=["samples", "agents"])
     data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
     compile: bool = opt(False, "torch.compile the loss (forward + backward): ~8-15% faster updates on a 2-core "
@@ -77,9 +85,16 @@ class ModelConfig:
     share_params: bool = opt(True, "one network for all agents (else separate weights, one batched call)")
     agent_id: bool = opt(False, "append the agent's one-hot id to the actor input")
     rnn_hidden: int = opt(64, "GRU hidden size (actor=rnn)", min=1)
-    gain: float = opt(2 ** 0.5, "orthogonal init gain of hidden layers", min=0.0, max=100.0)
+    gain: float = opt(0.0, "orthogonal init gain of hidden layers; 0 = follow the activation as the reference "
+                           "(nn.init.calculate_gain: sqrt(2) for relu, 5/3 for tanh)", min=0.0, max=100.0)
     policy_gain: float = opt(0.01, "orthogonal init gain of the policy head", min=0.0, max=100.0)
     log_std_init: float = opt(0.0, "initial log-std of Gaussian actions", min=-20.0, max=2.0)
+
+    def hidden_gain(self) -> float:
+        """`gain`, with 0 meaning the activation's own gain (what the reference's init uses)."""
+        if self.gain > 0:
+            return self.gain
+        return 5 / 3 if self.activation == "tanh" else 2 ** 0.5
 
 
 @dataclass

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from hypermappo import config as config_mod
+from hypermappo.algos.death import bootstrap_mask, resolve_death, transition_targets
 from hypermappo.algos.mappo import MAPPO
 from hypermappo.diagnostics import DeadComponentError, Diagnostics, LiveComponentAudit
 from hypermappo.envs.registry import make_env
@@ -249,6 +250,7 @@ class Experiment:
         self.spec = self.env.spec
         self.actor = build_actor(cfg.actor, self.spec, cfg).to(self.device)
         self.critic = Critic(self.spec, cfg).to(self.device)
+        self.death = resolve_death(cfg.ppo.death, self.spec)  # episode | agent (algos/death.py)
         self.algo = MAPPO(self.actor, self.critic, cfg)
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
         if self.algo.recurrent and T % L:
@@ -282,6 +284,7 @@ class Experiment:
         else:
             config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
         self.summary_extra.update(self.actor.describe())  # this machine's, also on resume
+        self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
                                 config_mod.to_dict(cfg), resume_rows=self.resume_rows)
 
@@ -323,7 +326,7 @@ class Experiment:
         for t in range(cfg.rollout_length):
             out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask)
             actions = out.dist.sample()  # [E, N, ...]
-            values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask)  # [E, N]
+            values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask, active=s.active)  # [E, N]
             buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,
                        reset=self.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
                        dist_params=out.dist.params() if self.store_dist_params else None,
@@ -331,24 +334,25 @@ class Experiment:
                        prev_obs=self.prev_obs if self.store_prev_obs else None)
             self.prev_obs = s.obs
             nxt = self._env_step(actions, t)
-            reward = nxt.reward
+            reward, dones = transition_targets(self.death, nxt.reward, nxt.done, s.active,
+                                               nxt.terminated | nxt.truncated)  # [E, N] each
             if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
                 # time limit, not a real end: bootstrap from the value of the final observation
                 self._check_final_observations(nxt, t)
-                v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None)
-                alive = nxt.truncated.unsqueeze(-1) & nxt.final_active
+                v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None, active=nxt.final_active)
+                alive = bootstrap_mask(self.death, nxt.truncated, nxt.final_active)
                 reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive
-            buf.insert(t, rewards=reward, dones=nxt.done)
+            buf.insert(t, rewards=reward, dones=dones)
             if nxt.episode_done is not None and nxt.episode_done.any():
                 done_idx = nxt.episode_done
                 returns.append(nxt.episode_return[done_idx])
                 for k, v in nxt.extras.items():
                     extras.setdefault(k, []).append(v[done_idx].float())
-            self.reset_mask = nxt.done
+            self.reset_mask = dones
             self.actor_h, self.critic_h = out.hidden, critic_h
             s = nxt
         self.last = s
-        last_values, _ = self.critic(s.obs, s.state, self.critic_h, self.reset_mask)
+        last_values, _ = self.critic(s.obs, s.state, self.critic_h, self.reset_mask, active=s.active)
         self.algo.compute_returns(buf, last_values)
         self.env_steps += cfg.rollout_length * cfg.num_envs
         stats = {}

@@ -3,7 +3,8 @@
 Follows the MAPPO reference implementation (Yu et al.): clipped surrogate, entropy bonus,
 value normalisation, clipped Huber value loss, advantage normalisation over *active* agents,
 separate Adam optimisers and gradient-norm clipping for actor and critic. Dead agents
-(`active = 0`) are removed from every loss term and statistic. IPPO is this same code with the
+(`active = 0`) are removed from every loss term and statistic; what their death does to the
+returns is `ppo.death` (`algos/death.py`), applied when the rollout is collected. IPPO is this same code with the
 critic's input set to the agent's local observation (see `models/critic.py`). A NaN / inf in a loss
 or gradient norm raises `NonFiniteError` before the optimiser step, so it never reaches the weights.
 """
@@ -79,12 +80,14 @@ class MAPPO:
         """Current policy / value on a mini-batch ([B, N, ...], or [L, B, N, ...] chunks)."""
         seq = "actor_h0" in batch or "critic_h0" in batch
         out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
-        values, _ = self.critic(batch["obs"], batch["state"], batch.get("critic_h0"), batch["reset"], sequence=seq)
+        values, _ = self.critic(batch["obs"], batch["state"], batch.get("critic_h0"), batch["reset"], sequence=seq,
+                                active=batch["active"])
         return out, values
 
     def loss(self, batch: dict, adv_mean: torch.Tensor, adv_std: torch.Tensor):
         p = self.cfg.ppo
-        active = batch["active"]
+        # loss weight: alive agents (only the drawn ones with ppo.minibatch_over=agents)
+        active = batch["active"] & batch["selected"] if "selected" in batch else batch["active"]
         out, values = self.evaluate(batch)
         logp = out.dist.log_prob(batch["actions"])
         entropy = masked_mean(out.dist.entropy(), active)
@@ -111,7 +114,7 @@ class MAPPO:
             err_loss = torch.max(err_loss, err_c_loss)
         value_loss = masked_mean(err_loss, active)
 
-        aux = self.actor.aux_losses(out, batch)
+        aux = self.actor.aux_losses(out, {**batch, "active": active} if "selected" in batch else batch)
         beta = self.cfg.hyper.beta
         if beta > 0:  # KL(pi_old || pi_new) from the stored behaviour-policy parameters
             aux["align_loss"] = beta * masked_mean(out.dist.kl_from_params(batch["dist_params"]), active)
@@ -133,8 +136,8 @@ class MAPPO:
         sums: dict[str, torch.Tensor] = {}
         n = 0
         for epoch in range(p.ppo_epoch):
-            batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator) if self.recurrent
-                       else buf.minibatches(p.num_mini_batch, generator))
+            batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator, p.minibatch_over)
+                       if self.recurrent else buf.minibatches(p.num_mini_batch, generator, p.minibatch_over))
             for minibatch, batch in enumerate(batches):
                 actor_loss, value_loss, stats = self._loss(batch, adv_mean, adv_std)
                 self.actor_opt.zero_grad(set_to_none=True)

@@ -8,7 +8,7 @@ Such an env has Tuple observation / action spaces with one entry per agent, take
 actions and returns per-agent rewards as a list (a scalar reward is shared by all agents) and
 `done` / `truncated` as a bool or a per-agent list. The agent slots, padding, death, state
 (concatenated padded observations), seeding and vectoriser rules and the kwargs `vectorizer`,
-`num_workers`, `start_method`, `render_mode` are those of `pettingzoo.py`, whose adapter base and
+`num_workers`, `start_method`, `render_mode`, `team_reward` are those of `pettingzoo.py`, whose adapter base and
 vectorisers this module reuses. Action masks are used when `info["action_mask"]` holds one per agent.
 Note that lbforaging and rware report their own time limit as `done` (terminated), not truncated;
 pass `max_episode_steps=T` below their limit to get Gymnasium's truncation instead.

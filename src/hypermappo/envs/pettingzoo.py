@@ -26,7 +26,9 @@ How a ParallelEnv maps onto the VecEnv contract of `vec.py`:
 - Our own kwargs (all others go to the env): `vectorizer` ("inprocess", the default, or
   "subprocess" for slow envs), `num_workers` (subprocess; default min(E, CPU count)), `start_method`
   (multiprocessing; default "fork" where available), `render_mode` ("rgb_array" makes `render(i)`
-  work; envs are created without a render mode otherwise).
+  work; envs are created without a render mode otherwise), `team_reward` (bool, default False: say True
+  when every alive agent always gets the same reward, the team's; it sets `spec.team_reward`, so
+  `ppo.death=auto` keeps dead agents in the episode with the team reward, see `algos/death.py`).
 - Third-party env state cannot be saved: `spec.can_save_state` is False.
 
 The vectorisers only talk to `SingleEnvAdapter`, so other backends (`gym_multiagent.py`) reuse them.
@@ -35,6 +37,7 @@ The vectorisers only talk to `SingleEnvAdapter`, so other backends (`gym_multiag
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import importlib
 import multiprocessing as mp
@@ -552,7 +555,9 @@ class AdapterVecEnv(VecEnv):
     """
 
     def __init__(self, factory, num_envs: int, device: torch.device | str = "cpu", vectorizer: str = "inprocess",
-                 num_workers: int | None = None, start_method: str | None = None):
+                 num_workers: int | None = None, start_method: str | None = None, team_reward: bool = False):
+        if not isinstance(team_reward, bool):
+            raise UserError(f"team_reward must be true or false, got {team_reward!r}")
         if vectorizer not in VECTORIZERS:
             raise UserError(f"vectorizer must be one of {list(VECTORIZERS)}, got {vectorizer!r}")
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
@@ -563,7 +568,7 @@ class AdapterVecEnv(VecEnv):
             self._envs: _EnvGroup | _WorkerPool = _EnvGroup(factory, 0, num_envs, num_envs)
         else:
             self._envs = _WorkerPool(factory, num_envs, num_workers, start_method)
-        self.spec = self._envs.spec
+        self.spec = dataclasses.replace(self._envs.spec, team_reward=team_reward)
         self.layout = _BatchLayout(self.spec, num_envs)
         self.tracker = EpisodeTracker(num_envs, self.spec.num_agents, self.device)
         self._closed = False
@@ -625,7 +630,8 @@ class AdapterVecEnv(VecEnv):
 
 def pop_vectorizer_kwargs(kwargs: dict) -> dict:
     """Take our own kwargs (vectoriser choice) out of the env kwargs."""
-    return {name: kwargs.pop(name) for name in ("vectorizer", "num_workers", "start_method") if name in kwargs}
+    names = ("vectorizer", "num_workers", "start_method", "team_reward")
+    return {name: kwargs.pop(name) for name in names if name in kwargs}
 
 
 def load_function(module_name: str, function_name: str, env_string: str):

@@ -24,7 +24,8 @@ Mapping onto the contract:
   unit: ours 0 = stop, 1-4 = SMAX's moves 0-3, 5.. = attack enemy 0.. (same as SMAX).
 - A unit that dies has `done = 1` on that step and keeps that step's reward; afterwards `active = 0`,
   zero observation, only action 0 available, reward 0. (SMAX itself gives dead units the team reward;
-  the contract's "dead slots count 0" drops it, so the per-slot mean reward is lower while units are dead.)
+  the contract's "dead slots count 0" drops it, so the per-slot mean reward is lower while units are dead;
+  `spec.team_reward` is True, so `ppo.death=auto` trains with SMAX's own convention, see `algos/death.py`.)
 - `terminated` = one team wiped out; `truncated` = `max_steps` steps played with both teams alive. (SMAX
   itself checks its limit before counting the step and so plays max_steps + 1 steps; the bridge ends the
   episode after exactly max_steps.)
@@ -205,7 +206,7 @@ class SmaxVecEnv(VecEnv):
             observation_space=gym.spaces.Box(-1.0, 1.0, (int(env.obs_size),), np.float32),
             action_space=gym.spaces.Discrete(self.program.n_actions), has_available_actions=True,
             episode_limit=int(env.max_steps), agent_names=self.program.agents, can_render=False,
-            can_save_state=False,
+            can_save_state=False, team_reward=True,
         )
         self.tracker = EpisodeTracker(num_envs, n, self.device)
         self._no_force = jnp.zeros((num_envs,), bool)

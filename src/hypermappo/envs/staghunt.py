@@ -158,6 +158,7 @@ class StagHuntVecEnv(VecEnv):
             observation_space=gym.spaces.Box(0.0, obs_high, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=[f"hunter_{i}" for i in range(h)], can_render=True, can_save_state=True,
+            team_reward=self.shared_reward,
         )
 
         self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)

@@ -19,6 +19,9 @@ Conventions (the contract other code relies on):
 - Episode return = sum over the episode's steps of the mean over the N agent slots of their
   rewards (dead slots count 0). `episode_return` / `episode_length` are valid where
   `episode_done` is 1. Every backend gets this bookkeeping from `EpisodeTracker`.
+- Team reward: `spec.team_reward = True` says every agent alive at a step gets the same reward,
+  the team's. The trainer then (`ppo.death=episode`, the default for such envs) hands that reward
+  to the dead slots of the env too (`algos/death.py`); the env itself still gives dead slots 0.
 - Heterogeneous agents: observations are zero-padded at the end to the largest agent's size;
   Discrete action spaces of different sizes are padded to the largest, and the padded actions
   are reported unavailable in `available_actions`. Obs / action spaces are Gymnasium spaces and
@@ -49,6 +52,7 @@ class EnvSpec:
     agent_names: list[str] = field(default_factory=list)
     can_render: bool = False
     can_save_state: bool = False  # True when get_state/set_state capture the envs exactly
+    team_reward: bool = False  # every alive agent gets the same (team) reward at every step
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 The critic returns one value per agent slot `[..., N]`, so agent-specific global state
 (`state_agent_id`, `state_obs_agent_id`) and IPPO's local critic share one code path.
+With `ppo.death=episode` a dead agent's input is death-masked as in the MAPPO paper: everything
+zero except its own agent id, so its value is one learned constant per agent slot.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hypermappo.algos.death import resolve_death
 from hypermappo.models.actor import agent_onehot
 from hypermappo.models.agent_layers import AgentLinear, AgentMLP
 
@@ -36,6 +39,16 @@ def critic_input(mode: str, obs: torch.Tensor, state: torch.Tensor) -> torch.Ten
     raise ValueError(mode)
 
 
+def death_mask(mode: str, x: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """critic input x [..., N, C], active [..., N] -> x with dead agents' inputs zeroed except their id."""
+    keep = active.unsqueeze(-1)  # [..., N, 1]
+    if mode.endswith("agent_id"):
+        n = active.shape[-1]
+        is_id = torch.arange(x.shape[-1], device=x.device) >= x.shape[-1] - n  # [C], the one-hot at the end
+        keep = keep | is_id
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def input_dim(mode: str, spec) -> int:
     n, d, s = spec.num_agents, spec.obs_dim, spec.state_dim
     return {"obs": d, "obs_concat": n * d, "state": s, "state_agent_id": s + n,
@@ -51,11 +64,17 @@ class Critic(nn.Module):
         share = m.share_params if c.share_params == "auto" else c.share_params == "on"
         groups = 1 if share else spec.num_agents
         self.trunk = AgentMLP(input_dim(self.mode, spec), c.hidden_sizes or m.hidden_sizes, groups, m.activation,
-                              m.layer_norm, m.feature_norm, m.gain, rnn_hidden=m.rnn_hidden if recurrent else 0)
+                              m.layer_norm, m.feature_norm, m.hidden_gain(), rnn_hidden=m.rnn_hidden if recurrent else 0)
         self.hidden_size = m.rnn_hidden if recurrent else 0
         self.head = AgentLinear(self.trunk.out_dim, 1, groups, gain=1.0)
+        self.death_masked = resolve_death(cfg.ppo.death, spec) == "episode"
 
-    def forward(self, obs, state, hidden=None, reset=None, sequence=False):
-        """-> (values [..., N] in normalised units when value normalisation is on, new hidden)."""
-        features, hidden = self.trunk(critic_input(self.mode, obs, state), hidden, reset, sequence)
+    def forward(self, obs, state, hidden=None, reset=None, sequence=False, active=None):
+        """-> (values [..., N] in normalised units when value normalisation is on, new hidden).
+
+        active [..., N]: alive agents; dead ones get a death-masked input when `ppo.death=episode`."""
+        x = critic_input(self.mode, obs, state)
+        if self.death_masked and active is not None:
+            x = death_mask(self.mode, x, active)
+        features, hidden = self.trunk(x, hidden, reset, sequence)
         return self.head(features).squeeze(-1), hidden

@@ -279,7 +279,7 @@ class HyperActor(MLPActor):
                 linears[i].bias.requires_grad_(False).zero_()
             with torch.no_grad():  # start at MAPPO's init gains (policy_gain on the head), not sqrt(2) everywhere
                 for gen, i in zip(self.hyper.generators, self.generated):
-                    gain = cfg.model.policy_gain if i == n_hidden else cfg.model.gain
+                    gain = cfg.model.policy_gain if i == n_hidden else cfg.model.hidden_gain()
                     gen.w.bias.mul_(gain / 2 ** 0.5)
         self.hidden_size = self.hyper.context.history_size
         # feed-forward smoothness recomputes delta_{t-1} from the stored previous observation

@@ -23,7 +23,7 @@ class MLPActor(Actor):
         groups = 1 if m.share_params else spec.num_agents
         in_dim = spec.obs_dim + (spec.num_agents if m.agent_id else 0)
         self.trunk = AgentMLP(in_dim, m.hidden_sizes, groups, m.activation, m.layer_norm, m.feature_norm,
-                              m.gain, rnn_hidden=m.rnn_hidden if self.recurrent else 0)
+                              m.hidden_gain(), rnn_hidden=m.rnn_hidden if self.recurrent else 0)
         self.hidden_size = m.rnn_hidden if self.recurrent else 0
         self.head = AgentLinear(self.trunk.out_dim, head_size(spec.action_space), groups, m.policy_gain)
         self.log_std = None

@@ -1,7 +1,8 @@
 """On-policy rollout storage: tensors preallocated once as `[T, E, N, ...]` and filled in place.
 
-Holds one rollout of T steps from E envs with N agent slots, computes GAE per agent slot (an
-agent's `done` cuts its own trace, so deaths and asynchronous episode ends are handled), and
+Holds one rollout of T steps from E envs with N agent slots, computes GAE per agent slot (`dones`
+cuts a slot's trace: the agent's own death or its env's episode end under `ppo.death=agent`, only
+the episode end under `ppo.death=episode`; see `algos/death.py`), and
 serves mini-batches for feed-forward networks (`[B, N, ...]`, B samples of (t, env)) or
 chunks of `chunk_length` consecutive steps for recurrent ones (`[L, B, N, ...]` plus the hidden
 state at each chunk's start).
@@ -30,7 +31,7 @@ class RolloutBuffer:
         self.logp = torch.zeros(T, E, N, **z)
         self.values = torch.zeros(T, E, N, **z)  # critic output (normalised units if value norm on)
         self.rewards = torch.zeros(T, E, N, **z)  # incl. gamma * V(final obs) at truncation
-        self.dones = torch.zeros(T, E, N, dtype=torch.bool, **z)  # agent's trace ends after step t
+        self.dones = torch.zeros(T, E, N, dtype=torch.bool, **z)  # slot's trace ends after step t
         self.dist_params = torch.zeros(T, E, N, params_dim, **z) if params_dim else None
         self.actor_h = torch.zeros(T, E, N, actor_hidden, **z) if actor_hidden else None
         self.critic_h = torch.zeros(T, E, N, critic_hidden, **z) if critic_hidden else None
@@ -61,19 +62,42 @@ class RolloutBuffer:
                  "returns", "dist_params"]
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
-    def minibatches(self, num_mini_batch: int, generator: torch.Generator | None = None):
-        """Feed-forward: yields dicts of [B, N, ...] tensors over shuffled (t, env) samples."""
+    def minibatches(self, num_mini_batch: int, generator: torch.Generator | None = None, over: str = "samples"):
+        """Feed-forward: yields dicts of [B, N, ...] tensors over shuffled (t, env) samples.
+
+        over="agents" (the reference's sampling): mini-batches of shuffled (t, env, agent) triples;
+        each yields the (t, env) rows its triples touch, whole (a centralised critic or an actor
+        looking at all agents needs every agent's inputs), plus `selected` [B, N]: the drawn agents,
+        the only ones that carry loss weight."""
         flat = {k: v.flatten(0, 1) for k, v in self._fields().items()}  # [T*E, N, ...] views
         total = self.T * self.E
         if num_mini_batch == 1:  # order is irrelevant for a single full batch: skip the gather
             yield flat
             return
+        if over == "agents":
+            yield from self._agent_batches(flat, total, num_mini_batch, generator)
+            return
         perm = torch.randperm(total, generator=generator).to(self.obs.device)
         for idx in perm.chunk(num_mini_batch):
             yield {k: v[idx] for k, v in flat.items()}
 
-    def chunks(self, num_mini_batch: int, chunk_length: int, generator: torch.Generator | None = None):
-        """Recurrent: yields dicts of [L, B, N, ...] chunks plus `actor_h0` / `critic_h0` [B, N, H]."""
+    def _agent_batches(self, rows: dict, total: int, num_mini_batch: int, generator: torch.Generator | None,
+                       starts: dict | None = None, dim: int = 0):
+        """Mini-batches of (row, agent) pairs: rows [.., total (at `dim`), N, ...] -> touched rows + `selected`."""
+        perm = torch.randperm(total * self.N, generator=generator).to(self.obs.device)
+        for idx in perm.chunk(num_mini_batch):
+            selected = torch.zeros(total, self.N, dtype=torch.bool, device=self.obs.device)  # [rows, N]
+            selected.view(-1)[idx] = True
+            touched = selected.any(-1).nonzero().squeeze(-1)
+            batch = {k: v.index_select(dim, touched) for k, v in rows.items()}
+            batch.update({k: v[touched] for k, v in (starts or {}).items()})
+            batch["selected"] = selected[touched]
+            yield batch
+
+    def chunks(self, num_mini_batch: int, chunk_length: int, generator: torch.Generator | None = None,
+               over: str = "samples"):
+        """Recurrent: yields dicts of [L, B, N, ...] chunks plus `actor_h0` / `critic_h0` [B, N, H]
+        (over="agents": chunks of (chunk, env, agent), as `minibatches`)."""
         L = chunk_length
         n_chunks = self.T // L  # T % L == 0 is checked when the run is set up
         fields = self._fields()
@@ -89,6 +113,9 @@ class RolloutBuffer:
         if self.critic_h is not None:
             starts["critic_h0"] = self.critic_h[::L].reshape(n_chunks * self.E, self.N, -1)
         total = n_chunks * self.E
+        if over == "agents" and num_mini_batch > 1:
+            yield from self._agent_batches(chunked, total, num_mini_batch, generator, starts, dim=1)
+            return
         perm = torch.randperm(total, generator=generator).to(self.obs.device) if num_mini_batch > 1 else None
         for idx in (perm.chunk(num_mini_batch) if perm is not None else [None]):
             if idx is None:
