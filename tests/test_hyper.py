@@ -275,3 +275,82 @@ def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeyp
     torch.testing.assert_close(att.attend(x), expected)
     with pytest.raises(UserError, match="hyper.attention_kernel: 'fused' asked for"):
         AgentAttention(2, 6, 3, "fused")
+
+
+@pytest.mark.parametrize("kernel", ["dense", pytest.param("fused", marks=needs_cc)])
+@pytest.mark.parametrize("agents,width,heads", [(3, 16, 4), (3, 16, 1), (5, 8, 2)])
+def test_agent_attention_never_attends_to_dead_agents(kernel, agents, width, heads):
+    """Dead / padded slots are masked as keys exactly like nn.MultiheadAttention's key_padding_mask (output and
+    gradients); a sample with no alive agent gives a finite output (the out-projection of zeros) and gradients."""
+    torch.manual_seed(8)
+    att = AgentAttention(agents, width, heads, kernel).double()
+    b = 40
+    alive = torch.rand(b, agents) < 0.5
+    alive[torch.arange(b), torch.randint(agents, (b,))] = True  # >= 1 alive key (else the reference gives NaN)
+    alive[:4] = True
+    x = torch.randn(b, agents, width, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(b, agents, width, dtype=torch.float64)
+    expected, _ = nn.MultiheadAttention.forward(att, x, x, x, key_padding_mask=~alive, need_weights=False)
+    expected_grads = torch.autograd.grad(expected, [x, *att.parameters()], grad_out)
+    got = att.attend(x, alive)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(torch.autograd.grad(got, [x, *att.parameters()], grad_out), expected_grads):
+        torch.testing.assert_close(g, e)
+    assert not torch.allclose(att.attend(x), expected)  # the mask matters for these inputs
+
+    nobody = torch.zeros(3, agents, dtype=torch.bool)
+    out = att.attend(x[:3], nobody)
+    torch.testing.assert_close(out, att.out_proj.bias.expand_as(out).detach())
+    grads = torch.autograd.grad(out, [x, *att.parameters()], torch.randn_like(out))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def _perturbed_hyper_actor(spec, overrides, seed=4, scale=0.5):
+    """A Hyper actor whose (zero-initialised) generator heads have moved, so delta != 0 depends on the context."""
+    cfg = build_config(None, ["actor=hyper", *overrides])
+    torch.manual_seed(seed)
+    actor = build_actor("hyper", spec, cfg).double()
+    with torch.no_grad():
+        for p in actor.hyper.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return actor
+
+
+@pytest.mark.parametrize("overrides", [["hyper.context=obs", "hyper.attention_kernel=dense"],
+                                       pytest.param(["hyper.context=obs", "hyper.attention_kernel=fused"],
+                                                    marks=needs_cc),
+                                       ["hyper.context=obs", "hyper.obs_aggregation=mean"],
+                                       ["hyper.context=agent_id,obs,history", "hyper.layers=last"]],
+                         ids=lambda o: " ".join(o))
+def test_dead_agents_observation_does_not_change_alive_agents_policies(overrides):
+    spec = _spec(4, 6, 5)
+    actor = _perturbed_hyper_actor(spec, overrides)
+    obs = torch.randn(16, 4, spec.obs_dim, dtype=torch.float64)  # [B, N, D]
+    active = torch.ones(16, 4, dtype=torch.bool)
+    active[:, 1] = False
+    active[8:, 3] = False
+    changed = obs.clone()
+    changed[~active] = torch.randn_like(changed[~active]) * 3
+    hidden = torch.randn(16, 4, actor.hidden_size, dtype=torch.float64) if actor.hidden_size else None
+    with torch.no_grad():
+        before = actor(obs, None, hidden, None, active=active).dist.logp_all
+        after = actor(changed, None, hidden, None, active=active).dist.logp_all
+        unmasked = actor(changed, None, hidden, None).dist.logp_all
+    torch.testing.assert_close(after[active], before[active])
+    assert torch.isfinite(after).all()
+    assert not torch.allclose(unmasked[active], before[active])  # without the mask they would leak through
+
+
+@pytest.mark.parametrize("overrides", [["hyper.context=agent_id"], ["hyper.context=agent_id", "hyper.rank=2"],
+                                       ["hyper.context=agent_id", "hyper.id_encoding=embedding"]],
+                         ids=lambda o: " ".join(o))
+def test_agent_id_context_gives_each_agent_its_own_policy(overrides):
+    """Once delta != 0, agents seeing the SAME observation act differently (their deltas differ)."""
+    spec = _spec(3, 6, 5)
+    actor = _perturbed_hyper_actor(spec, overrides, scale=0.1)
+    obs = torch.randn(32, 1, spec.obs_dim, dtype=torch.float64).expand(32, 3, spec.obs_dim)
+    with torch.no_grad():
+        logp = actor(obs).dist.logp_all  # [32, N, A]
+    for i, j in [(0, 1), (0, 2), (1, 2)]:
+        assert (logp[:, i] - logp[:, j]).abs().amax(-1).min() > 1e-3, (i, j)  # every sample
+        assert js_distance(logp[:, i].exp(), logp[:, j].exp()).mean() > 0.01, (i, j)

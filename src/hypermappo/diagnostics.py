@@ -40,7 +40,8 @@ def full_batch(buf, recurrent: bool, chunk_length: int) -> dict:
 def per_agent_kl(actor, batch: dict, space) -> tuple[torch.Tensor, object]:
     """KL(stored behaviour || current) per agent [N], averaged over active samples."""
     seq = "actor_h0" in batch
-    out = actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
+    out = actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq,
+                active=batch["active"])
     kl = out.dist.kl_from_params(batch["dist_params"])  # [..., N]
     active = batch["active"].float()
     dims = tuple(range(kl.dim() - 1))
@@ -57,7 +58,7 @@ def gradient_cosine(actor, batch: dict, samples: int, adv_mean, adv_std, clip: f
     else:
         sub = {k: v[:samples] for k, v in batch.items()}
     params = [p for p in actor.parameters() if p.requires_grad]
-    out = actor(sub["obs"], sub.get("available"), sub.get("actor_h0"), sub["reset"], sequence=seq)
+    out = actor(sub["obs"], sub.get("available"), sub.get("actor_h0"), sub["reset"], sequence=seq, active=sub["active"])
     logp = out.dist.log_prob(sub["actions"])
     ratio = (logp - sub["logp"]).exp()
     adv = (sub["advantages"] - adv_mean) / (adv_std + 1e-5)

@@ -175,7 +175,7 @@ class Experiment:
         s = self.last
         returns, extras = [], {}
         for t in range(cfg.rollout_length):
-            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask)
+            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask, active=s.active)
             actions = out.dist.sample()  # [E, N, ...]
             values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask)  # [E, N]
             buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,

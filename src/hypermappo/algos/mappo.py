@@ -76,7 +76,8 @@ class MAPPO:
     def evaluate(self, batch: dict):
         """Current policy / value on a mini-batch ([B, N, ...], or [L, B, N, ...] chunks)."""
         seq = "actor_h0" in batch or "critic_h0" in batch
-        out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
+        out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq,
+                         active=batch["active"])
         values, _ = self.critic(batch["obs"], batch["state"], batch.get("critic_h0"), batch["reset"], sequence=seq)
         return out, values
 
