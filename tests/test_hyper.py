@@ -61,11 +61,13 @@ def test_zero_init_hyper_actor_equals_mappo_actor_with_same_base_weights(overrid
         assert not torch.allclose(hyper(obs, None, hidden, None).dist.params(), a)
 
 
-def _run(tmp_path, name, extra, steps=480):
+def _run(tmp_path, name, extra, steps=480, tweak=None):
     cfg = build_config(None, ["env=matrix:specialisation", "env_kwargs={n_agents: 3, episode_length: 10}",
                               "rollout_length=10", "num_envs=8", f"total_env_steps={steps}", f"run_dir={tmp_path / name}",
                               "log.tensorboard=false", "log.progress=false", "eval_episodes=4", "ppo.ppo_epoch=4",
                               *extra])
+    if tweak is not None:  # a config `validate` would reject, set on the object directly
+        tweak(cfg)
     exp = Experiment(cfg, quiet=True)
     exp.run()
     with open(tmp_path / name / "metrics.csv") as f:
@@ -109,8 +111,8 @@ def test_regularisers_are_logged_nonzero_and_change_the_update(tmp_path):
 def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkeypatch):
     original = ContextEncoder.forward
 
-    def detached(self, obs, hidden=None, reset=None, sequence=False):
-        ctx, h = original(self, obs, hidden, reset, sequence)
+    def detached(self, obs, hidden=None, reset=None, sequence=False, active=None):
+        ctx, h = original(self, obs, hidden, reset, sequence, active)
         return ctx.detach(), h  # the bug: nothing before the hypernetwork MLP gets a gradient
 
     monkeypatch.setattr(ContextEncoder, "forward", detached)
@@ -124,7 +126,45 @@ def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkey
 def test_audit_passes_and_is_recorded_for_plain_mappo(tmp_path):
     exp, _ = _run(tmp_path, "ok", ["actor=rnn", "ppo.data_chunk_length=5"])
     audit = exp.summary_extra["audit"]
-    assert audit["passed"] and audit["components"]["actor.trunk.rnn.ih"] == "updated"
+    assert audit["passed"] and audit["components"]["actor.trunk.rnn.ih"] == "live"
+
+
+def test_audit_is_not_fooled_by_weight_decay_moving_a_module_the_loss_does_not_reach(tmp_path, monkeypatch):
+    """The attention's output is multiplied by 0: its parameters get zero gradients, yet Adam's weight decay moves
+    them every step. Only a gradient from the loss makes a module live."""
+    from hypermappo.models.agent_attention import AgentAttention as Attention
+    original = Attention.attend
+    monkeypatch.setattr(Attention, "attend", lambda self, x, alive=None: original(self, x, alive) * 0.0)
+    with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.attention"):
+        _run(tmp_path, "decayed", ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "ppo.weight_decay=0.01"],
+             steps=240)
+    import json
+    summary = json.loads((tmp_path / "decayed" / "summary.json").read_text())
+    audit = summary["audit"]
+    assert audit["dead"] == ["actor.hyper.context.attention", "actor.hyper.context.attention.out_proj"]
+    assert audit["components"]["actor.hyper.context.obs_encoder.1"] == "live"
+
+
+def test_audit_reports_a_target_hypernetwork_no_loss_reads_as_dead(tmp_path):
+    """hyper.alpha=0 with a target: the target is synced (its parameters move) but no loss term reads it."""
+    def no_alpha(cfg):
+        cfg.hyper.alpha = 0.0
+
+    with pytest.raises(DeadComponentError, match=r"dead: actor\.target \("):
+        _run(tmp_path, "unread", ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "hyper.alpha=0.1",
+                                  "hyper.target=polyak", "hyper.target_tau=0.5"], steps=240, tweak=no_alpha)
+
+
+def test_audit_passes_for_a_hyper_run_with_every_part_on(tmp_path):
+    exp, _ = _run(tmp_path, "all", ["actor=hyper", "hyper.context=agent_id,obs", "hyper.layers=last",
+                                    "hyper.alpha=0.1", "hyper.target=hard", "hyper.target_interval=2",
+                                    "hyper.beta=0.1", "ppo.weight_decay=0.01"], steps=240)
+    audit = exp.summary_extra["audit"]
+    assert audit["passed"], audit
+    assert set(audit["components"].values()) == {"live"}
+    for name in ("actor.target", "actor.hyper.context.attention", "actor.hyper.mlp.0", "actor.hyper.generators.0.w"):
+        assert audit["components"][name] == "live", name
+    assert set(audit["loss_terms"]) == {"policy_loss", "value_loss", "entropy", "smooth_loss", "align_loss"}
 
 
 def test_audit_flags_a_zero_loss_term(tmp_path, monkeypatch):

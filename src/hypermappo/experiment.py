@@ -237,6 +237,8 @@ class Experiment:
             every = cfg.diagnostics.every
             diag_due = every and (self.update + 1) % every == 0
             diag = self.diagnostics.before_update(self.buffer, self.algo.recurrent) if diag_due else {}
+            auditing = self.audit is not None and self.update < cfg.diagnostics.audit_updates
+            self.algo.after_backward = self.audit.observe_grads if auditing else None  # no cost after the audit
             t_update = time.perf_counter()
             losses = self.algo.update(self.buffer, self.batch_generator)
             t2 = time.perf_counter()

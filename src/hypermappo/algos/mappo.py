@@ -50,6 +50,8 @@ class MAPPO:
         device = next(critic.parameters()).device
         self.value_norm = build_value_norm(p.value_norm, critic.head).to(device)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
+        # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
+        self.after_backward = None
         # ppo.compile: forward and backward of the loss compiled (fused elementwise kernels), same maths
         self._loss = torch.compile(self.loss, dynamic=False) if p.compile else self.loss
 
@@ -140,6 +142,8 @@ class MAPPO:
                 self.critic_opt.zero_grad(set_to_none=True)
                 # actor and critic share no parameters, so one backward equals the reference's two
                 (actor_loss + p.value_coef * value_loss).backward()
+                if self.after_backward is not None:
+                    self.after_backward()
                 stats["grad_norm_actor"] = grad_norm(self.actor.parameters(), p.max_grad_norm)
                 stats["grad_norm_critic"] = grad_norm(self.critic.parameters(), p.max_grad_norm)
                 self.actor_opt.step()
