@@ -61,11 +61,13 @@ def test_zero_init_hyper_actor_equals_mappo_actor_with_same_base_weights(overrid
         assert not torch.allclose(hyper(obs, None, hidden, None).dist.params(), a)
 
 
-def _run(tmp_path, name, extra, steps=480):
+def _run(tmp_path, name, extra, steps=480, tweak=None):
     cfg = build_config(None, ["env=matrix:specialisation", "env_kwargs={n_agents: 3, episode_length: 10}",
                               "rollout_length=10", "num_envs=8", f"total_env_steps={steps}", f"run_dir={tmp_path / name}",
                               "log.tensorboard=false", "log.progress=false", "eval_episodes=4", "ppo.ppo_epoch=4",
                               *extra])
+    if tweak is not None:  # a config `validate` would reject, set on the object directly
+        tweak(cfg)
     exp = Experiment(cfg, quiet=True)
     exp.run()
     with open(tmp_path / name / "metrics.csv") as f:
@@ -109,8 +111,8 @@ def test_regularisers_are_logged_nonzero_and_change_the_update(tmp_path):
 def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkeypatch):
     original = ContextEncoder.forward
 
-    def detached(self, obs, hidden=None, reset=None, sequence=False):
-        ctx, h = original(self, obs, hidden, reset, sequence)
+    def detached(self, obs, hidden=None, reset=None, sequence=False, active=None):
+        ctx, h = original(self, obs, hidden, reset, sequence, active)
         return ctx.detach(), h  # the bug: nothing before the hypernetwork MLP gets a gradient
 
     monkeypatch.setattr(ContextEncoder, "forward", detached)
@@ -124,7 +126,45 @@ def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkey
 def test_audit_passes_and_is_recorded_for_plain_mappo(tmp_path):
     exp, _ = _run(tmp_path, "ok", ["actor=rnn", "ppo.data_chunk_length=5"])
     audit = exp.summary_extra["audit"]
-    assert audit["passed"] and audit["components"]["actor.trunk.rnn.ih"] == "updated"
+    assert audit["passed"] and audit["components"]["actor.trunk.rnn.ih"] == "live"
+
+
+def test_audit_is_not_fooled_by_weight_decay_moving_a_module_the_loss_does_not_reach(tmp_path, monkeypatch):
+    """The attention's output is multiplied by 0: its parameters get zero gradients, yet Adam's weight decay moves
+    them every step. Only a gradient from the loss makes a module live."""
+    from hypermappo.models.agent_attention import AgentAttention as Attention
+    original = Attention.attend
+    monkeypatch.setattr(Attention, "attend", lambda self, x, alive=None: original(self, x, alive) * 0.0)
+    with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.attention"):
+        _run(tmp_path, "decayed", ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "ppo.weight_decay=0.01"],
+             steps=240)
+    import json
+    summary = json.loads((tmp_path / "decayed" / "summary.json").read_text())
+    audit = summary["audit"]
+    assert audit["dead"] == ["actor.hyper.context.attention", "actor.hyper.context.attention.out_proj"]
+    assert audit["components"]["actor.hyper.context.obs_encoder.1"] == "live"
+
+
+def test_audit_reports_a_target_hypernetwork_no_loss_reads_as_dead(tmp_path):
+    """hyper.alpha=0 with a target: the target is synced (its parameters move) but no loss term reads it."""
+    def no_alpha(cfg):
+        cfg.hyper.alpha = 0.0
+
+    with pytest.raises(DeadComponentError, match=r"dead: actor\.target \("):
+        _run(tmp_path, "unread", ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "hyper.alpha=0.1",
+                                  "hyper.target=polyak", "hyper.target_tau=0.5"], steps=240, tweak=no_alpha)
+
+
+def test_audit_passes_for_a_hyper_run_with_every_part_on(tmp_path):
+    exp, _ = _run(tmp_path, "all", ["actor=hyper", "hyper.context=agent_id,obs", "hyper.layers=last",
+                                    "hyper.alpha=0.1", "hyper.target=hard", "hyper.target_interval=2",
+                                    "hyper.beta=0.1", "ppo.weight_decay=0.01"], steps=240)
+    audit = exp.summary_extra["audit"]
+    assert audit["passed"], audit
+    assert set(audit["components"].values()) == {"live"}
+    for name in ("actor.target", "actor.hyper.context.attention", "actor.hyper.mlp.0", "actor.hyper.generators.0.w"):
+        assert audit["components"][name] == "live", name
+    assert set(audit["loss_terms"]) == {"policy_loss", "value_loss", "entropy", "smooth_loss", "align_loss"}
 
 
 def test_audit_flags_a_zero_loss_term(tmp_path, monkeypatch):
@@ -275,3 +315,82 @@ def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeyp
     torch.testing.assert_close(att.attend(x), expected)
     with pytest.raises(UserError, match="hyper.attention_kernel: 'fused' asked for"):
         AgentAttention(2, 6, 3, "fused")
+
+
+@pytest.mark.parametrize("kernel", ["dense", pytest.param("fused", marks=needs_cc)])
+@pytest.mark.parametrize("agents,width,heads", [(3, 16, 4), (3, 16, 1), (5, 8, 2)])
+def test_agent_attention_never_attends_to_dead_agents(kernel, agents, width, heads):
+    """Dead / padded slots are masked as keys exactly like nn.MultiheadAttention's key_padding_mask (output and
+    gradients); a sample with no alive agent gives a finite output (the out-projection of zeros) and gradients."""
+    torch.manual_seed(8)
+    att = AgentAttention(agents, width, heads, kernel).double()
+    b = 40
+    alive = torch.rand(b, agents) < 0.5
+    alive[torch.arange(b), torch.randint(agents, (b,))] = True  # >= 1 alive key (else the reference gives NaN)
+    alive[:4] = True
+    x = torch.randn(b, agents, width, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(b, agents, width, dtype=torch.float64)
+    expected, _ = nn.MultiheadAttention.forward(att, x, x, x, key_padding_mask=~alive, need_weights=False)
+    expected_grads = torch.autograd.grad(expected, [x, *att.parameters()], grad_out)
+    got = att.attend(x, alive)
+    torch.testing.assert_close(got, expected)
+    for g, e in zip(torch.autograd.grad(got, [x, *att.parameters()], grad_out), expected_grads):
+        torch.testing.assert_close(g, e)
+    assert not torch.allclose(att.attend(x), expected)  # the mask matters for these inputs
+
+    nobody = torch.zeros(3, agents, dtype=torch.bool)
+    out = att.attend(x[:3], nobody)
+    torch.testing.assert_close(out, att.out_proj.bias.expand_as(out).detach())
+    grads = torch.autograd.grad(out, [x, *att.parameters()], torch.randn_like(out))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def _perturbed_hyper_actor(spec, overrides, seed=4, scale=0.5):
+    """A Hyper actor whose (zero-initialised) generator heads have moved, so delta != 0 depends on the context."""
+    cfg = build_config(None, ["actor=hyper", *overrides])
+    torch.manual_seed(seed)
+    actor = build_actor("hyper", spec, cfg).double()
+    with torch.no_grad():
+        for p in actor.hyper.parameters():
+            p.add_(scale * torch.randn_like(p))
+    return actor
+
+
+@pytest.mark.parametrize("overrides", [["hyper.context=obs", "hyper.attention_kernel=dense"],
+                                       pytest.param(["hyper.context=obs", "hyper.attention_kernel=fused"],
+                                                    marks=needs_cc),
+                                       ["hyper.context=obs", "hyper.obs_aggregation=mean"],
+                                       ["hyper.context=agent_id,obs,history", "hyper.layers=last"]],
+                         ids=lambda o: " ".join(o))
+def test_dead_agents_observation_does_not_change_alive_agents_policies(overrides):
+    spec = _spec(4, 6, 5)
+    actor = _perturbed_hyper_actor(spec, overrides)
+    obs = torch.randn(16, 4, spec.obs_dim, dtype=torch.float64)  # [B, N, D]
+    active = torch.ones(16, 4, dtype=torch.bool)
+    active[:, 1] = False
+    active[8:, 3] = False
+    changed = obs.clone()
+    changed[~active] = torch.randn_like(changed[~active]) * 3
+    hidden = torch.randn(16, 4, actor.hidden_size, dtype=torch.float64) if actor.hidden_size else None
+    with torch.no_grad():
+        before = actor(obs, None, hidden, None, active=active).dist.logp_all
+        after = actor(changed, None, hidden, None, active=active).dist.logp_all
+        unmasked = actor(changed, None, hidden, None).dist.logp_all
+    torch.testing.assert_close(after[active], before[active])
+    assert torch.isfinite(after).all()
+    assert not torch.allclose(unmasked[active], before[active])  # without the mask they would leak through
+
+
+@pytest.mark.parametrize("overrides", [["hyper.context=agent_id"], ["hyper.context=agent_id", "hyper.rank=2"],
+                                       ["hyper.context=agent_id", "hyper.id_encoding=embedding"]],
+                         ids=lambda o: " ".join(o))
+def test_agent_id_context_gives_each_agent_its_own_policy(overrides):
+    """Once delta != 0, agents seeing the SAME observation act differently (their deltas differ)."""
+    spec = _spec(3, 6, 5)
+    actor = _perturbed_hyper_actor(spec, overrides, scale=0.1)
+    obs = torch.randn(32, 1, spec.obs_dim, dtype=torch.float64).expand(32, 3, spec.obs_dim)
+    with torch.no_grad():
+        logp = actor(obs).dist.logp_all  # [32, N, A]
+    for i, j in [(0, 1), (0, 2), (1, 2)]:
+        assert (logp[:, i] - logp[:, j]).abs().amax(-1).min() > 1e-3, (i, j)  # every sample
+        assert js_distance(logp[:, i].exp(), logp[:, j].exp()).mean() > 0.01, (i, j)

@@ -12,10 +12,12 @@ Diagnostics (logged to metrics.csv):
   same observation). For Gaussian actions: mean pairwise distance of the action means.
 - `delta_norm_ratio` (actor=hyper): mean ||delta|| / ||theta_base|| on the rollout.
 
-The audit (after `diagnostics.audit_updates` updates) checks that every enabled module's
-parameters changed and every enabled loss term was non-zero, records the result in
-summary.json and stops the run naming whatever is dead, so a hypernetwork that is never called
-in training or a regulariser that never reaches the loss cannot go unnoticed.
+The audit (after `diagnostics.audit_updates` updates) checks that every trainable module received a
+non-zero gradient from the loss during those updates (parameters that merely *moved*, e.g. by weight
+decay, do not count), that a target hypernetwork is read by an enabled, non-zero loss term, and that
+every enabled loss term was non-zero; it records the result in summary.json and stops the run naming
+whatever is dead, so a hypernetwork that is never called in training or a regulariser that never
+reaches the loss cannot go unnoticed.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def full_batch(buf, recurrent: bool, chunk_length: int) -> dict:
 def per_agent_kl(actor, batch: dict, space) -> tuple[torch.Tensor, object]:
     """KL(stored behaviour || current) per agent [N], averaged over active samples."""
     seq = "actor_h0" in batch
-    out = actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
+    out = actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq,
+                active=batch["active"])
     kl = out.dist.kl_from_params(batch["dist_params"])  # [..., N]
     active = batch["active"].float()
     dims = tuple(range(kl.dim() - 1))
@@ -57,7 +60,7 @@ def gradient_cosine(actor, batch: dict, samples: int, adv_mean, adv_std, clip: f
     else:
         sub = {k: v[:samples] for k, v in batch.items()}
     params = [p for p in actor.parameters() if p.requires_grad]
-    out = actor(sub["obs"], sub.get("available"), sub.get("actor_h0"), sub["reset"], sequence=seq)
+    out = actor(sub["obs"], sub.get("available"), sub.get("actor_h0"), sub["reset"], sequence=seq, active=sub["active"])
     logp = out.dist.log_prob(sub["actions"])
     ratio = (logp - sub["logp"]).exp()
     adv = (sub["advantages"] - adv_mean) / (adv_std + 1e-5)
@@ -154,20 +157,34 @@ def _components(prefix: str, module: torch.nn.Module) -> dict[str, list[torch.nn
 
 
 class LiveComponentAudit:
-    """Snapshot at the start; after `audit_updates` updates every component must have moved."""
+    """Judges each component by what reaches it from the losses during the first `audit_updates` updates: a
+    trainable component is live iff it got a non-zero gradient (`observe_grads`, called after every backward
+    while the audit runs); the target hypernetwork (no gradients, a synced copy) is live iff a loss term that
+    reads it is enabled and non-zero (and, once a sync is due, the sync moved it)."""
+
+    # loss terms that read the target hypernetwork (see HyperActor.aux_losses)
+    TARGET_READERS = ("smooth_loss",)
 
     def __init__(self, actor, critic, cfg):
         self.cfg = cfg
         self.components = {**_components("actor", actor), **_components("critic", critic)}
-        # the target hypernetwork is updated by syncing, not by gradients
         target = getattr(actor, "target", None)
         self.target = target
-        if target is not None:
-            self.components.pop("actor.target", None)
-            self.components = {k: v for k, v in self.components.items() if not k.startswith("actor.target.")}
-        self.snapshot = {k: [p.detach().clone() for p in ps] for k, ps in self.components.items()}
+        if target is not None:  # synced, not trained (its parameters need no gradient; dropped all the same)
+            self.components = {k: v for k, v in self.components.items()
+                               if k != "actor.target" and not k.startswith("actor.target.")}
+        self.grad_seen = {k: torch.zeros(()) for k in self.components}  # sum of |grad| over the audited updates
         self.target_snapshot = [p.detach().clone() for p in target.parameters()] if target is not None else None
         self.loss_seen: dict[str, float] = {}
+
+    @torch.no_grad()
+    def observe_grads(self) -> None:
+        """After a backward pass (before clipping and the optimiser step): accumulate each component's |grad|."""
+        for name, params in self.components.items():
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                total = torch.stack([torch.linalg.vector_norm(g, 1) for g in grads]).sum()
+                self.grad_seen[name] = self.grad_seen[name] + total.cpu()
 
     def enabled_loss_terms(self) -> list[str]:
         terms = ["policy_loss", "value_loss"]
@@ -185,30 +202,31 @@ class LiveComponentAudit:
 
     def state_dict(self) -> dict:
         """What the audit has seen so far (a resumed run audits the whole run, not the resumed part)."""
-        return {"snapshot": self.snapshot, "target_snapshot": self.target_snapshot, "loss_seen": dict(self.loss_seen)}
+        return {"grad_seen": dict(self.grad_seen), "target_snapshot": self.target_snapshot,
+                "loss_seen": dict(self.loss_seen)}
 
     def load_state_dict(self, sd: dict) -> None:
-        self.snapshot, self.target_snapshot = sd["snapshot"], sd["target_snapshot"]
+        self.grad_seen, self.target_snapshot = dict(sd["grad_seen"]), sd["target_snapshot"]
         self.loss_seen = dict(sd["loss_seen"])
 
     def check(self, updates: int) -> dict:
         result = {"after_updates": updates, "components": {}, "loss_terms": {}}
         dead = []
-        for name, params in self.components.items():
-            moved = any(not torch.equal(p.detach(), s) for p, s in zip(params, self.snapshot[name]))
-            result["components"][name] = "updated" if moved else "DEAD"
-            if not moved:
+        for name in self.components:
+            live = bool(self.grad_seen[name] > 0)
+            result["components"][name] = "live" if live else "DEAD"
+            if not live:
                 dead.append(name)
         if self.target is not None:
             h = self.cfg.hyper
-            synced = h.target == "polyak" or updates >= h.target_interval
-            if synced:
-                moved = any(not torch.equal(p, s) for p, s in zip(self.target.parameters(), self.target_snapshot))
-                result["components"]["actor.target"] = "updated" if moved else "DEAD"
-                if not moved:
-                    dead.append("actor.target")
-            else:
-                result["components"]["actor.target"] = f"not checked: first sync at update {h.target_interval}"
+            enabled = self.enabled_loss_terms()
+            live = any(k in enabled and self.loss_seen.get(k, 0.0) > 0 for k in self.TARGET_READERS)
+            if h.target == "polyak" or updates >= h.target_interval:  # a sync is due: it must have moved it
+                live = live and any(not torch.equal(p, s) for p, s in zip(self.target.parameters(),
+                                                                          self.target_snapshot))
+            result["components"]["actor.target"] = "live" if live else "DEAD"
+            if not live:
+                dead.append("actor.target")
         for k in self.enabled_loss_terms():
             ok = self.loss_seen.get(k, 0.0) > 0
             result["loss_terms"][k] = "non-zero" if ok else "ZERO"

@@ -43,7 +43,7 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
     while not finished.all() and steps < max_steps:
         if render_env is not None and not finished[render_env]:
             frames.append(env.render(render_env))
-        out = actor(s.obs, s.available_actions, hidden, reset)
+        out = actor(s.obs, s.available_actions, hidden, reset, active=s.active)
         actions = out.dist.mode() if deterministic else out.dist.sample()
         s = env.step(actions)
         steps += 1

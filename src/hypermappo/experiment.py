@@ -324,7 +324,7 @@ class Experiment:
         s = self.last
         returns, extras = [], {}
         for t in range(cfg.rollout_length):
-            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask)
+            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask, active=s.active)
             actions = out.dist.sample()  # [E, N, ...]
             values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask, active=s.active)  # [E, N]
             buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,
@@ -507,6 +507,8 @@ class Experiment:
             every = cfg.diagnostics.every
             diag_due = every and (self.update + 1) % every == 0
             diag = self.diagnostics.before_update(self.buffer, self.algo.recurrent) if diag_due else {}
+            auditing = self.audit is not None and self.update < cfg.diagnostics.audit_updates
+            self.algo.after_backward = self.audit.observe_grads if auditing else None  # no cost after the audit
             t_update = time.perf_counter()
             try:
                 losses = self.algo.update(self.buffer, self.batch_generator)

@@ -53,6 +53,8 @@ class MAPPO:
         device = next(critic.parameters()).device
         self.value_norm = build_value_norm(p.value_norm, critic.head).to(device)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
+        # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
+        self.after_backward = None
         # ppo.compile: forward and backward of the loss compiled (fused elementwise kernels), same maths
         self._loss = torch.compile(self.loss, dynamic=False) if p.compile else self.loss
 
@@ -79,7 +81,8 @@ class MAPPO:
     def evaluate(self, batch: dict):
         """Current policy / value on a mini-batch ([B, N, ...], or [L, B, N, ...] chunks)."""
         seq = "actor_h0" in batch or "critic_h0" in batch
-        out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq)
+        out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0"), batch["reset"], sequence=seq,
+                         active=batch["active"])
         values, _ = self.critic(batch["obs"], batch["state"], batch.get("critic_h0"), batch["reset"], sequence=seq,
                                 active=batch["active"])
         return out, values
@@ -144,6 +147,8 @@ class MAPPO:
                 self.critic_opt.zero_grad(set_to_none=True)
                 # actor and critic share no parameters, so one backward equals the reference's two
                 (actor_loss + p.value_coef * value_loss).backward()
+                if self.after_backward is not None:
+                    self.after_backward()
                 stats["grad_norm_actor"] = grad_norm(self.actor.parameters(), p.max_grad_norm)
                 stats["grad_norm_critic"] = grad_norm(self.critic.parameters(), p.max_grad_norm)
                 checked = (actor_loss.detach(), value_loss.detach(), stats["grad_norm_actor"], stats["grad_norm_critic"])

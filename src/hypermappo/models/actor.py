@@ -1,7 +1,7 @@
 """The actor interface every architecture implements, and the registry that picks one by name.
 
-An actor maps a batch of agent observations `[..., N, obs_dim]` (plus available actions and, for
-recurrent actors, a hidden state and reset mask) to an action distribution over `[..., N]`.
+An actor maps a batch of agent observations `[..., N, obs_dim]` (plus available actions, which agents are
+alive and, for recurrent actors, a hidden state and reset mask) to an action distribution over `[..., N]`.
 Adding an architecture = one module with an `Actor` subclass + one line in `ACTORS`.
 """
 
@@ -34,9 +34,11 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor, available: torch.Tensor | None = None,
                 hidden: torch.Tensor | None = None, reset: torch.Tensor | None = None,
-                sequence: bool = False) -> ActorOut:
+                sequence: bool = False, active: torch.Tensor | None = None) -> ActorOut:
         """obs [..., N, obs_dim] -> distribution over [..., N]. With `sequence=True` (recurrent
-        training) obs is [L, ..., N, obs_dim], reset [L, ..., N] and hidden the state at step 0."""
+        training) obs is [L, ..., N, obs_dim], reset [L, ..., N] and hidden the state at step 0.
+        `active` [..., N] bool marks alive agents (None = all): an actor that looks at other agents
+        (e.g. attention over their observations) must ignore dead and padded slots; others ignore it."""
         raise NotImplementedError
 
     def aux_losses(self, out: ActorOut, batch: dict) -> dict[str, torch.Tensor]:

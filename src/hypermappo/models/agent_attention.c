@@ -6,7 +6,9 @@
  *
  * Layouts (row-major, contiguous):  qkv [B, NA, 3*EE] = (q | k | v) per agent, as nn.MultiheadAttention's in_proj
  * gives them;  out [B, NA, EE];  p [B, NA, HH, NA] = attention weights of query agent i, head h over key agents j
- * (kept for the backward pass).
+ * (kept for the backward pass);  alive [B, NA] (bytes, 0 = dead / padded slot: never a key) or NULL = all alive.
+ * A sample without any alive key gets weights and output 0. The backward pass needs no mask: a masked key's weight is
+ * 0, so it gets no gradient through p.
  */
 #include <math.h>
 #include <string.h>
@@ -14,11 +16,12 @@
 #define DD (EE / HH)
 
 #define DEFINE_KERNELS(T, SUFFIX, EXP)                                                                                \
-void attention_forward_##SUFFIX(const T *restrict qkv, T *restrict out, T *restrict p, long samples, T scale,       \
-                                int threads) {                                                                       \
+void attention_forward_##SUFFIX(const T *restrict qkv, const unsigned char *restrict alive, T *restrict out,        \
+                                T *restrict p, long samples, T scale, int threads) {                                 \
     _Pragma("omp parallel for num_threads(threads) schedule(static)")                                               \
     for (long b = 0; b < samples; b++) {                                                                             \
         const T *x = qkv + b * NA * 3 * EE;                                                                          \
+        const unsigned char *live = alive ? alive + b * NA : 0;                                                      \
         T *pb = p + b * NA * HH * NA;                                                                                \
         for (int i = 0; i < NA; i++) {                                                                               \
             const T *q = x + i * 3 * EE;                                                                             \
@@ -29,17 +32,19 @@ void attention_forward_##SUFFIX(const T *restrict qkv, T *restrict out, T *restr
                 for (int h = 0; h < HH; h++) {                                                                       \
                     T dot = 0;                                                                                       \
                     for (int t = 0; t < DD; t++) dot += q[h * DD + t] * k[h * DD + t];                               \
-                    s[j][h] = dot * scale;                                                                           \
+                    s[j][h] = (!live || live[j]) ? dot * scale : -INFINITY;                                          \
                     if (s[j][h] > top[h]) top[h] = s[j][h];                                                          \
                 }                                                                                                    \
             }                                                                                                        \
+            for (int h = 0; h < HH; h++) if (top[h] == -INFINITY) top[h] = 0; /* no alive key: every weight 0 */     \
             for (int j = 0; j < NA; j++)                                                                             \
                 for (int h = 0; h < HH; h++) s[j][h] = EXP(s[j][h] - top[h]), total[h] += s[j][h];                   \
+            for (int h = 0; h < HH; h++) total[h] = total[h] > 0 ? 1 / total[h] : 0; /* now 1 / sum */               \
             for (int e = 0; e < EE; e++) acc[e] = 0;                                                                 \
             for (int j = 0; j < NA; j++) {                                                                           \
                 const T *v = x + j * 3 * EE + 2 * EE;                                                                \
                 for (int h = 0; h < HH; h++) {                                                                       \
-                    T w = s[j][h] / total[h];                                                                        \
+                    T w = s[j][h] * total[h];                                                                        \
                     pb[(i * HH + h) * NA + j] = w;                                                                   \
                     for (int t = 0; t < DD; t++) acc[h * DD + t] += w * v[h * DD + t];                               \
                 }                                                                                                    \

@@ -12,6 +12,10 @@ against it):
 - `dense`: pure PyTorch, every step one elementwise op or one dense matmul over all (query, key) pairs. Used on
   CUDA, for dtypes other than float32/float64, and wherever the kernel cannot be built.
 
+Dead and zero-padded agent slots (`alive` = False) are never attended to as keys (nn.MultiheadAttention's
+`key_padding_mask = ~alive`); their own queries still attend to the alive agents. A sample without any alive agent
+gets a zero attention output (where nn.MultiheadAttention would give NaN).
+
 `kernel="auto"` takes `fused` where it can; `AgentAttention.implementation` says which one runs (recorded in the
 run's summary.json).
 """
@@ -89,19 +93,24 @@ def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
 
 
 class _FusedAttention(torch.autograd.Function):
-    """qkv [B, N, 3E] -> attention output [B, N, E] through the C kernel (gradient w.r.t. qkv only)."""
+    """qkv [B, N, 3E], alive [B, N] bool or None -> attention output [B, N, E] through the C kernel (gradient
+    w.r.t. qkv only)."""
 
     @staticmethod
-    def forward(ctx, qkv, lib, heads):
+    def forward(ctx, qkv, alive, lib, heads):
         qkv = qkv.contiguous()
+        alive_ptr = ctypes.c_void_p(None)
+        if alive is not None:
+            alive = alive.to(torch.bool).contiguous()  # [B, N], one byte per agent slot
+            alive_ptr = _ptr(alive)
         b, n, e3 = qkv.shape
         e = e3 // 3
         real = ctypes.c_float if qkv.dtype == torch.float32 else ctypes.c_double
         suffix = "f32" if qkv.dtype == torch.float32 else "f64"
         out, weights = qkv.new_empty(b, n, e), qkv.new_empty(b, n, heads, n)
         scale = real((e // heads) ** -0.5)
-        getattr(lib, f"attention_forward_{suffix}")(_ptr(qkv), _ptr(out), _ptr(weights), ctypes.c_long(b), scale,
-                                                    ctypes.c_int(torch.get_num_threads()))
+        getattr(lib, f"attention_forward_{suffix}")(_ptr(qkv), alive_ptr, _ptr(out), _ptr(weights), ctypes.c_long(b),
+                                                    scale, ctypes.c_int(torch.get_num_threads()))
         ctx.save_for_backward(qkv, weights)
         ctx.lib, ctx.scale, ctx.real, ctx.suffix = lib, scale, real, suffix
         return out
@@ -115,24 +124,38 @@ class _FusedAttention(torch.autograd.Function):
         getattr(ctx.lib, f"attention_backward_{ctx.suffix}")(
             _ptr(qkv), _ptr(weights), _ptr(grad_out), _ptr(grad_qkv), ctypes.c_long(qkv.shape[0]), ctx.scale,
             ctypes.c_int(torch.get_num_threads()))
-        return grad_qkv, None, None
+        return grad_qkv, None, None, None
 
 
-def dense_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
-    """qkv [B, N, 3E] -> [B, N, E] in plain PyTorch: per-head dot products of all (query i, key j) pairs are one
-    matmul of q_i * k_j with a 0/1 head-indicator matrix (reducing 4-wide head slices directly is slower)."""
+def dense_attention(qkv: torch.Tensor, heads: int, alive: torch.Tensor | None = None) -> torch.Tensor:
+    """qkv [B, N, 3E] (alive [B, N] bool or None) -> [B, N, E] in plain PyTorch: per-head dot products of all
+    (query i, key j) pairs are one matmul of q_i * k_j with a 0/1 head-indicator matrix (reducing 4-wide head slices
+    directly is slower)."""
     b, n, e3 = qkv.shape
     e = e3 // 3
     q, k, v = qkv.unflatten(-1, (3, e)).unbind(-2)  # [B, N, E]
     pairs = q.unsqueeze(2) * (k * (e // heads) ** -0.5).unsqueeze(1)  # [B, Nq, Nk, E]
+    any_alive = None
+    if alive is not None:
+        alive = alive.to(torch.bool)
+        any_alive = alive.any(-1, keepdim=True)  # [B, 1]
+        # a sample without alive keys attends to all of them (finite), and its output is zeroed below
+        hidden_key = (~(alive | ~any_alive)).view(b, 1, n, 1)  # [B, 1, Nk, 1]
     if heads == 1:
-        weights = pairs.sum(-1).softmax(2)  # [B, Nq, Nk]
-        return (weights.unsqueeze(-1) * v.unsqueeze(1)).sum(2)
-    indicator = torch.zeros(e, heads, dtype=qkv.dtype, device=qkv.device)
-    indicator[torch.arange(e, device=qkv.device), torch.arange(e, device=qkv.device) // (e // heads)] = 1.0
-    weights = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads).softmax(2)  # over keys
-    weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
-    return (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
+        scores = pairs.sum(-1, keepdim=True)  # [B, Nq, Nk, 1]
+        if alive is not None:
+            scores = scores.masked_fill(hidden_key, float("-inf"))
+        out = (scores.softmax(2) * v.unsqueeze(1)).sum(2)
+    else:
+        indicator = torch.zeros(e, heads, dtype=qkv.dtype, device=qkv.device)
+        indicator[torch.arange(e, device=qkv.device), torch.arange(e, device=qkv.device) // (e // heads)] = 1.0
+        scores = (pairs.reshape(-1, e) @ indicator).view(b, n, n, heads)  # [B, Nq, Nk, H]
+        if alive is not None:
+            scores = scores.masked_fill(hidden_key, float("-inf"))
+        weights = scores.softmax(2)  # over keys
+        weights = (weights.reshape(-1, heads) @ indicator.t()).view(b, n, n, e)  # per feature of its head
+        out = (weights * v.unsqueeze(1)).sum(2)  # [B, Nq, E]
+    return out if any_alive is None else out * any_alive.unsqueeze(-1).to(out.dtype)
 
 
 class AgentAttention(nn.MultiheadAttention):
@@ -155,11 +178,12 @@ class AgentAttention(nn.MultiheadAttention):
             return
         self.fused, self.implementation = True, "fused"
 
-    def attend(self, x: torch.Tensor) -> torch.Tensor:
-        """x [B, N, E] -> [B, N, E]: each agent's encoding is the query over all agents' encodings."""
+    def attend(self, x: torch.Tensor, alive: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, N, E], alive [B, N] bool or None (all alive) -> [B, N, E]: each agent's encoding is the query over
+        the alive agents' encodings."""
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # [B, N, 3E]
         if self.fused and qkv.device.type == "cpu" and qkv.dtype in (torch.float32, torch.float64):
-            out = _FusedAttention.apply(qkv, fused_library(*self.sizes), self.num_heads)
+            out = _FusedAttention.apply(qkv, alive, fused_library(*self.sizes), self.num_heads)
         else:
-            out = dense_attention(qkv, self.num_heads)
+            out = dense_attention(qkv, self.num_heads, alive)
         return F.linear(out, self.out_proj.weight, self.out_proj.bias)

@@ -78,18 +78,26 @@ class ContextEncoder(nn.Module):
             return self.id_embedding.expand(*like.shape[:-2], self.n, self.id_embedding.shape[-1])
         return agent_onehot(self.n, like)
 
-    def forward(self, obs, hidden=None, reset=None, sequence=False):
-        """obs [..., N, D] (or [L, ..., N, D] with sequence) -> (context [..., N, C], new history state)."""
+    def forward(self, obs, hidden=None, reset=None, sequence=False, active=None):
+        """obs [..., N, D] (or [L, ..., N, D] with sequence), active [..., N] bool or None (all alive) ->
+        (context [..., N, C], new history state). Dead / padded agent slots are left out of the attention keys and
+        of the mean over agents."""
         parts = []
         if "agent_id" in self.parts:
             parts.append(self.agent_part(obs))
         if "obs" in self.parts:
             enc = self.obs_encoder(obs)  # [..., N, H]
             if self.aggregation == "attention":
-                flat = enc.reshape(-1, self.n, enc.shape[-1])  # [B, N, H]: own encoding queries all agents
-                parts += [enc, self.attention.attend(flat).reshape(enc.shape)]
+                flat = enc.reshape(-1, self.n, enc.shape[-1])  # [B, N, H]: own encoding queries all alive agents
+                alive = None if active is None else active.reshape(-1, self.n)  # [B, N]
+                parts += [enc, self.attention.attend(flat, alive).reshape(enc.shape)]
             elif self.aggregation == "mean":
-                parts += [enc, enc.mean(-2, keepdim=True).expand_as(enc)]
+                if active is None:
+                    mean = enc.mean(-2, keepdim=True)
+                else:  # over alive agents; 0 when none is
+                    alive = active.unsqueeze(-1).to(enc.dtype)  # [..., N, 1]
+                    mean = (enc * alive).sum(-2, keepdim=True) / alive.sum(-2, keepdim=True).clamp(min=1.0)
+                parts += [enc, mean.expand_as(enc)]
             else:
                 parts.append(enc)
         new_hidden = None
@@ -248,8 +256,8 @@ class HyperNetwork(nn.Module):
         """Per-sample generation runs factored (see `WeightGenerator`); per-agent (static) does not."""
         return not self.context.static
 
-    def forward(self, obs, hidden=None, reset=None, sequence=False):
-        ctx, new_hidden = self.context(obs, hidden, reset, sequence)
+    def forward(self, obs, hidden=None, reset=None, sequence=False, active=None):
+        ctx, new_hidden = self.context(obs, hidden, reset, sequence, active)
         z = self.mlp(ctx)
         f = self.factored
         return [g(z, f) for g in self.generators], [1.0 + s(z) for s in self.scales], new_hidden
@@ -370,18 +378,18 @@ class HyperActor(MLPActor):
         logits = self._agent_major_layer(self.head, x, by_layer.get(len(t.linears)))  # [N, B, A]
         return logits.transpose(0, 1).reshape(*lead, n, logits.shape[-1])
 
-    def generate(self, obs, hidden=None, reset=None, sequence=False, net: HyperNetwork | None = None):
+    def generate(self, obs, hidden=None, reset=None, sequence=False, net: HyperNetwork | None = None, active=None):
         """-> (per-layer generated tensors, per-unit scales, new history state). With an agent-id-only
         context they are per agent ([N, ...]) and computed once, not once per sample."""
         net = net or self.hyper
         if net.context.static:
             gens, scales, _ = net(obs.new_zeros(1, self.n_agents, obs.shape[-1]))
             return [{k: v[0] for k, v in g.items()} for g in gens], [sc[0] for sc in scales], None
-        return net(obs, hidden, reset, sequence)
+        return net(obs, hidden, reset, sequence, active)
 
-    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False) -> ActorOut:
+    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False, active=None) -> ActorOut:
         static = self.hyper.context.static
-        gens, scales, new_hidden = self.generate(obs, hidden, reset, sequence)
+        gens, scales, new_hidden = self.generate(obs, hidden, reset, sequence, active=active)
         by_layer = dict(zip(self.generated, gens))
         x = self.actor_input(obs)
         t = self.trunk
@@ -467,14 +475,15 @@ class HyperActor(MLPActor):
                 d = self._delta_sq_dist([{k: v[1:] for k, v in g.items()} for g in gens],
                                         [{k: v[:-1] for k, v in g.items()} for g in gens])
                 keep = active[1:] * active[:-1] * (~batch["reset"][1:]).float()
-            else:  # feed-forward: recompute delta_{t-1} from the stored previous observation
-                d = self._delta_sq_dist(gens, self.hyper(batch["prev_obs"])[0])
+            else:  # feed-forward: recompute delta_{t-1} from the stored previous observation (with step t's
+                # active mask: step t-1's is not stored; an agent alive at t was alive at t-1 unless reset)
+                d = self._delta_sq_dist(gens, self.hyper(batch["prev_obs"], active=batch["active"])[0])
                 keep = active * (~batch["reset"]).float()
             terms.append((d * keep).sum() / keep.sum().clamp(min=1.0))
         if self.target is not None:
             with torch.no_grad():
                 tgens = self.generate(batch["obs"], batch.get("actor_h0"), batch["reset"], "actor_h0" in batch,
-                                      net=self.target)[0]
+                                      net=self.target, active=batch["active"])[0]
             sq = self._delta_sq_dist(gens, tgens, self.target)
             terms.append(sq.mean() if out.aux["static"] else (sq * active).sum() / active.sum().clamp(min=1.0))
         smooth = sum(terms)

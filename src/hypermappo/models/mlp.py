@@ -35,7 +35,7 @@ class MLPActor(Actor):
             return torch.cat([obs, agent_onehot(self.n_agents, obs)], -1)
         return obs
 
-    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False) -> ActorOut:
+    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False, active=None) -> ActorOut:
         features, hidden = self.trunk(self.actor_input(obs), hidden, reset, sequence)
         dist = make_dist(self.action_space, self.head(features), available, self.log_std)
         return ActorOut(dist, hidden, {})
