@@ -1,0 +1,89 @@
+"""Scripted (rule-based) policies: batched functions from an env step to actions, registered by name.
+
+A scripted policy acts for a set of agent slots in every env at once and has no parameters to train:
+
+    @scripted("always_left")
+    def always_left(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+        return torch.zeros(step.obs.shape[0], len(ctx.slots), dtype=torch.long, device=step.obs.device)
+
+`step` is the EnvStep every slot sees (obs `[E, N, D]`, `available_actions`, `active`, ...); `ctx.slots` are the
+agent slots this policy acts for (`[K]`), `ctx.env` the batched env (rules may read its state), `ctx.generator` a
+torch.Generator seeded from the run's seed, `ctx.params` the policy's keyword settings from the config. The
+function returns actions `[E, K]` (Discrete, int64) in the layout of the VecEnv contract. A user's own policy
+is registered with the decorator, or named in a config as `module.path:function`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from hypermappo.envs.vec import EnvStep
+from hypermappo.errors import UserError
+
+
+@dataclass
+class ScriptedContext:
+    env: object  # the VecEnv the policy acts in
+    slots: torch.Tensor  # [K] int64: the agent slots this policy acts for
+    generator: torch.Generator  # seeded from the run's seed: scripted randomness is reproducible
+    params: dict = field(default_factory=dict)  # keyword settings from the config, e.g. {"action": 2}
+
+
+ScriptedFn = Callable[[EnvStep, ScriptedContext], torch.Tensor]
+SCRIPTED: dict[str, ScriptedFn] = {}
+
+
+def scripted(name: str):
+    """Decorator: register a scripted policy under `name`."""
+
+    def register(fn: ScriptedFn) -> ScriptedFn:
+        SCRIPTED[name] = fn
+        return fn
+
+    return register
+
+
+def get_scripted(name: str) -> ScriptedFn:
+    """A registered policy by name, or `module.path:function` imported on demand."""
+    if name in SCRIPTED:
+        return SCRIPTED[name]
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise UserError(f"scripted policy {name!r}: cannot import it ({e})") from None
+        if not callable(fn):
+            raise UserError(f"scripted policy {name!r} is not a function")
+        return fn
+    raise UserError(f"unknown scripted policy {name!r}; expected one of {sorted(SCRIPTED)} or module.path:function")
+
+
+def _uniform_available(step: EnvStep, slots: torch.Tensor, n_actions: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random available action per env and slot: [E, K]."""
+    E, K = step.obs.shape[0], slots.numel()
+    if step.available_actions is None:
+        return torch.randint(n_actions, (E, K), generator=generator).to(step.obs.device)
+    weights = step.available_actions[:, slots].float().cpu().reshape(E * K, -1)  # [E*K, A]
+    return torch.multinomial(weights, 1, generator=generator).view(E, K).to(step.obs.device)
+
+
+@scripted("random")
+def random_policy(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Uniform over the available actions (Discrete action spaces)."""
+    n = ctx.params.get("n_actions") or int(ctx.env.spec.action_space.n)
+    return _uniform_available(step, ctx.slots, n, ctx.generator)
+
+
+@scripted("fixed")
+def fixed_action(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """The same action always (params: action=INT); dead slots take the no-op 0."""
+    if "action" not in ctx.params:
+        raise UserError("scripted policy 'fixed' needs params {action: INT}")
+    a = torch.full((step.obs.shape[0], ctx.slots.numel()), int(ctx.params["action"]), dtype=torch.long,
+                   device=step.obs.device)
+    return torch.where(step.active[:, ctx.slots], a, torch.zeros_like(a))
