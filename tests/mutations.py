@@ -131,6 +131,89 @@ MAPPO = "src/hypermappo/algos/mappo.py"
 EXP = "src/hypermappo/experiment.py"
 ROLL = "src/hypermappo/storage/rollout.py"
 HYPER = "src/hypermappo/models/hyper.py"
+ATTN = "src/hypermappo/models/agent_attention.py"
+DEATH = "src/hypermappo/algos/death.py"
+CONFIG = "src/hypermappo/config.py"
+DIAG = "src/hypermappo/diagnostics.py"
+REF = "tests/test_reference_math.py::test_one_rollout_and_update_match_scalar_reference"
+MASKS = "tests/test_training_masks.py"
+RESUME_ALL = "tests/test_resume.py::test_resume_from_a_checkpoint_equals_the_uninterrupted_run"
+FAULTS = "tests/test_faults.py"
+
+MUTATIONS += [
+    # --- the issue's list of plausible bugs no test used to catch
+    M("bootstrap_loses_gamma", EXP, "reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive",
+      "reward = reward + self.algo.value_norm.denormalize(v_final) * alive", (REF,),
+      "truncation bootstrap without the discount"),
+    M("bootstrap_loses_alive_mask", DEATH, "        return truncated.unsqueeze(-1) & final_active",
+      "        return truncated.unsqueeze(-1).expand_as(final_active)", (REF,),
+      "agent mode bootstraps agents dead at the truncation"),
+    M("advantage_stats_include_dead", MAPPO, "active_adv = buf.advantages[buf.active]",
+      "active_adv = buf.advantages.flatten()", (REF,), "advantage mean/std over dead slots too"),
+    M("value_norm_updated_on_dead", MAPPO, "self.value_norm.update(buf.returns[buf.active])",
+      "self.value_norm.update(buf.returns.flatten())", (REF,), "value normaliser statistics include dead slots"),
+    M("available_dropped_in_evaluate", MAPPO,
+      'out = self.actor(batch["obs"], batch.get("available"), batch.get("actor_h0")',
+      'out = self.actor(batch["obs"], None, batch.get("actor_h0")', (MASKS,),
+      "training-time evaluate ignores the action mask"),
+    M("available_never_stored", EXP, "buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions,",
+      "buf.insert(t, obs=s.obs, state=s.state, available=None,", (MASKS,), "the action mask is not stored"),
+    M("gae_on_normalised_values", MAPPO, "        values = self.value_norm.denormalize(buf.values)\n",
+      "        values = buf.values\n", (REF,), "GAE computed on normalised values"),
+    M("targets_not_normalised", MAPPO, 'targets = self.value_norm.normalize(batch["returns"])',
+      'targets = batch["returns"]', (REF,), "value loss against unnormalised returns"),
+    M("stored_values_not_reexpressed", MAPPO, "        buf.values.copy_(self.value_norm.normalize(values))\n", "",
+      (REF,), "old predictions left in the previous normaliser units"),
+    M("value_clip_min", MAPPO, "err_loss = torch.max(err_loss, err_c_loss)", "err_loss = torch.min(err_loss, err_c_loss)",
+      (REF,), "value clipping picks the smaller loss"),
+    M("lr_decay_never_applied", EXP, "self.algo.set_lr_fraction(1.0 - self.update / self.updates_total)", "pass",
+      ("tests/test_reference_math.py::test_lr_decay_is_applied_every_update",), "ppo.lr_decay ignored"),
+    M("agent_id_context_uses_agent_0", HYPER, "return [{k: v[0] for k, v in g.items()} for g in gens]",
+      "return [{k: v[0, :1].expand_as(v[0]) for k, v in g.items()} for g in gens]",
+      ("tests/test_hyper.py::test_agent_id_context_gives_each_agent_its_own_policy",),
+      "every agent gets agent 0's delta"),
+    M("batch_generator_not_restored", EXP, '        self.batch_generator.set_state(rng["batch"].cpu())\n', "",
+      (RESUME_ALL,), "mini-batch order differs after resume"),
+    # --- the issue's defects, each with its test
+    M("target_without_alpha_accepted", CONFIG, 'if h.target != "none" and h.alpha == 0 and "hyper.target" not in out:',
+      'if False:', ("tests/test_config_errors.py",), "defect 1: unread target hypernetwork accepted"),
+    M("audit_counts_no_gradient", DIAG, "live = bool(self.grad_seen[name] > 0)", "live = True",
+      ("tests/test_hyper.py",), "defect 1: audit calls every module live"),
+    M("sync_counter_not_saved", HYPER, 'self._updates = int(state["updates"])', "self._updates = 0",
+      (RESUME_ALL,), "defect 2: target sync counter lost on resume"),
+    M("dead_key_accepted", CONFIG, 'check("hyper.target_interval", h.target == "hard"',
+      'check("hyper.target_interval", True', ("tests/test_config_errors.py",), "defect 3: unused key accepted"),
+    M("attention_dense_mask_dropped", ATTN, "            scores = scores.masked_fill(hidden_key, float(\"-inf\"))\n"
+      "        weights = scores.softmax(2)", "        weights = scores.softmax(2)",
+      ("tests/test_hyper.py::test_agent_attention_never_attends_to_dead_agents",), "defect 4: dense path attends to dead"),
+    M("attention_fused_mask_dropped", "src/hypermappo/models/agent_attention.c",
+      "s[j][h] = (!live || live[j]) ? dot * scale : -INFINITY;", "s[j][h] = dot * scale;",
+      ("tests/test_hyper.py::test_agent_attention_never_attends_to_dead_agents",), "defect 4: C kernel attends to dead"),
+    M("actor_not_given_active", EXP, "out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask, "
+      "active=s.active)", "out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask)",
+      (MASKS,), "defect 4: collection attends to dead agents"),
+    M("nonfinite_env_data_ignored", EXP, "if not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):",
+      "if False:", (FAULTS,), "defect 5: NaN reward trained on"),
+    M("nonfinite_loss_ignored", MAPPO,
+      "if not torch.isfinite(torch.stack([x.to(actor_loss.device) for x in checked])).all():",
+      "if False:", (FAULTS,), "defect 5: NaN loss reaches the weights"),
+    M("checkpoint_crc_not_checked", EXP, 'if f"{zlib.crc32(data):08x}" != crc:', "if False:",
+      (FAULTS,), "defect 6: corrupt checkpoint loaded"),
+    M("signal_not_handled", EXP, "            signal.signal(signum, self._on_signal)\n", "",
+      (FAULTS,), "defect 7: Ctrl-C loses the work since the last checkpoint"),
+    M("run_dir_not_locked", "src/hypermappo/run_lock.py", "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+      "pass", ("tests/test_run_ownership.py::test_second_train_or_resume_of_a_run_dir_in_use_is_a_one_line_error",),
+      "defect 8: two processes train one run dir"),
+    M("sweep_workers_outlive_parent", "src/hypermappo/sweep.py", "    die_with_parent()\n", "    pass\n",
+      ("tests/test_run_ownership.py::test_sigkilled_sweep_leaves_no_worker_and_its_rerun_resumes_every_run",),
+      "defect 8: killed sweep leaves workers running"),
+    M("nan_config_accepted", CONFIG, "        if not math.isfinite(number):", "        if False:",
+      ("tests/test_config_errors.py",), "defect 9: ppo.lr_actor=nan accepted"),
+    M("duplicate_key_accepted", CONFIG, '        if "=" in o and key in seen:', "        if False:",
+      ("tests/test_config_errors.py",), "defect 9: seed=1 seed=2 keeps the last"),
+    M("dead_agents_get_no_team_reward", DEATH, "    return torch.where(acted, reward, dead_reward), ",
+      "    return reward, ", (REF,), "defect 10: episode mode drops team reward after death"),
+]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,13 +18,17 @@ ALLOWED = torch.tensor([[True, True, True, False], [True, True, False, False], [
 ACTORS = [["actor=mlp"], ["actor=hyper", "hyper.context=obs", "hyper.layers=last"]]
 
 
-def _collected(tmp_path, overrides) -> Experiment:
+def _collected(tmp_path, overrides, perturb_hypernetwork: bool = False) -> Experiment:
     cfg = build_config(None, [f"env={ENV}", "num_envs=6", "rollout_length=8", "total_env_steps=96", "ppo.ppo_epoch=3",
                               "ppo.num_mini_batch=2", "log.tensorboard=false", "log.progress=false",
                               "checkpoint_interval=0", "torch_threads=1", "diagnostics.every=0",
                               f"run_dir={tmp_path / 'run'}", *overrides], base={"env_kwargs": {"with_state": True}})
     torch.manual_seed(0)
     exp = Experiment(cfg, quiet=True)
+    if perturb_hypernetwork and hasattr(exp.actor, "hyper"):  # delta != 0, so the context reaches the policy
+        with torch.no_grad():
+            for p in exp.actor.hyper.parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)) * 0.3)
     exp._start_episodes()
     exp.actor.eval(), exp.critic.eval()
     exp.collect()
@@ -72,3 +76,17 @@ def test_dead_slots_contribute_no_gradient_to_the_real_update(tmp_path, override
     for part in ("actor", "critic"):
         for (name, a), b in zip(getattr(clean, part).named_parameters(), getattr(garbled, part).parameters()):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6, msg=lambda m, name=f"{part}.{name}": f"{name}: {m}")
+
+
+@pytest.mark.parametrize("overrides", ACTORS, ids=lambda o: o[0])
+def test_collection_and_training_see_the_same_policy(tmp_path, overrides):
+    """Before any update, the training-time evaluate must give the stored behaviour log-probs back (ratio 1): collect
+    and MAPPO.evaluate must pass the actor the same inputs (observations, action masks, alive agents)."""
+    exp = _collected(tmp_path, overrides, perturb_hypernetwork=True)
+    buf = exp.buffer
+    batch = next(iter(buf.minibatches(1)))
+    with torch.no_grad():
+        out, _ = exp.algo.evaluate(batch)
+        logp = out.dist.log_prob(batch["actions"])  # [T*E, N]
+    active = batch["active"]
+    torch.testing.assert_close(logp[active], batch["logp"][active], rtol=0, atol=1e-5)
