@@ -281,7 +281,7 @@ def sweep_parent_killed(tmp: Path) -> dict:
     args = ["sweep", "staghunt/default", "seed=1,2", *fixed, "--workers", "2", "--out", str(out)]
     proc = subprocess.Popen(_cmd(args), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while sum(complete_rows(d) for d in out.glob("*") if d.is_dir()) < 4:
+    while sum(complete_rows(d) for d in out.glob("seed=*") if d.is_dir()) < 4:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             return {"scenario": "sweep parent killed", "ok_fault": False, "printed": "sweep did not start"}
@@ -292,12 +292,12 @@ def sweep_parent_killed(tmp: Path) -> dict:
     survivors = alive_pids_with(str(out))
     row = {"scenario": "sweep parent killed (kill -9)", "exit": proc.returncode,
            "printed": f"{len(survivors)} worker processes left running", "one_line": True,
-           "checkpoints_finite": all(checkpoints_finite(d) for d in out.glob("*") if d.is_dir()),
+           "checkpoints_finite": all(checkpoints_finite(d) for d in out.glob("seed=*") if d.is_dir()),
            "no_summary_number": True, "ok_fault": not survivors}
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     r = subprocess.run(_cmd(args), env=_env(), capture_output=True, text=True, timeout=600)
-    runs = [d for d in out.glob("*") if d.is_dir()]
+    runs = [d for d in out.glob("seed=*") if d.is_dir()]
     row["resume_exit"] = r.returncode
     row["resume_said"] = lines(r.stdout)[-1] if lines(r.stdout) else ""
     row["resumed"] = r.returncode == 0 and all((d / "summary.json").exists() for d in runs) and len(runs) == 2
