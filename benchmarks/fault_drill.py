@@ -204,7 +204,7 @@ def crash_then_resume(name: str, fault: str, tmp: Path, reference: Path, expect_
     run_dir = tmp / name
     p = hm(["train", *RUN, f"run_dir={run_dir}", "--quiet"], fault=fault)
     said = lines(p.stderr)
-    row = {"scenario": name, "exit": p.returncode, "printed": " / ".join(said)[:200],
+    row = {"scenario": name, "exit": p.returncode, "printed": " / ".join(said)[:400],
            "one_line": len(said) == 1, "checkpoints_finite": checkpoints_finite(run_dir),
            "no_summary_number": not _summary_has_eval(run_dir)}
     row["ok_fault"] = p.returncode not in (0,) and len(said) == 1 and expect_word in said[0].lower()
@@ -228,7 +228,7 @@ def signal_then_resume(name: str, sig: int, tmp: Path, reference: Path) -> dict:
     os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=120)
     said = lines(err)
-    row = {"scenario": name, "exit": proc.returncode, "printed": " / ".join(said)[:200], "one_line": len(said) == 1,
+    row = {"scenario": name, "exit": proc.returncode, "printed": " / ".join(said)[:400], "one_line": len(said) == 1,
            "checkpoints_finite": checkpoints_finite(run_dir), "no_summary_number": not _summary_has_eval(run_dir)}
     if sig == signal.SIGKILL:
         row["ok_fault"] = proc.returncode == -signal.SIGKILL
@@ -261,7 +261,7 @@ def worker_exception(tmp: Path) -> dict:
     said = lines(p.stderr)
     time.sleep(1.0)
     survivors = alive_pids_with(str(run_dir))
-    row = {"scenario": "env exception (subprocess worker)", "exit": p.returncode, "printed": " / ".join(said)[:200],
+    row = {"scenario": "env exception (subprocess worker)", "exit": p.returncode, "printed": " / ".join(said)[:400],
            "one_line": len(said) == 1, "checkpoints_finite": checkpoints_finite(run_dir),
            "no_summary_number": not _summary_has_eval(run_dir),
            "ok_fault": p.returncode != 0 and len(said) == 1 and not survivors}
@@ -350,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 row = sweep_parent_killed(tmp)
             row["seconds"] = round(time.monotonic() - t0, 1)
+            row = json.loads(json.dumps(row).replace(str(tmp), "$TMP"))  # the same text on every machine
             results.append(row)
             print(json.dumps(row), flush=True)
     cols = ["scenario", "exit", "printed", "checkpoints_finite", "resume_exit", "resume_said", "identical", "ok_fault"]
