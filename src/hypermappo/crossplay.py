@@ -14,6 +14,7 @@ reward over all agents); the row / column side returns average over that side's 
 
 from __future__ import annotations
 
+import copy
 import csv
 import math
 import sys
@@ -82,7 +83,7 @@ class ScriptedPolicy:
         expected = (step.obs.shape[0], self.ctx.slots.numel())
         if not isinstance(actions, torch.Tensor) or tuple(actions.shape[:2]) != expected:
             got = tuple(actions.shape) if isinstance(actions, torch.Tensor) else type(actions).__name__
-            raise UserError(f"crossplay: scripted policy {self.name!r} returned actions of shape {got}; "
+            raise UserError(f"scripted policy {self.name!r} returned actions of shape {got}; "
                             f"expected {expected} (envs, slots)")
         return actions
 
@@ -94,16 +95,16 @@ def parse_scripted(spec: str) -> ScriptedPolicy:
     """`scripted:NAME[@key=value...]` -> ScriptedPolicy."""
     name, *settings = spec[len(SCRIPTED_PREFIX):].split("@")
     if not name:
-        raise UserError(f"crossplay: {spec!r} names no scripted policy; expected scripted:NAME, e.g. scripted:random")
+        raise UserError(f"{spec!r} names no scripted policy; expected scripted:NAME, e.g. scripted:random")
     params = {}
     for item in settings:
         key, eq, value = item.partition("=")
         if not eq or not key:
-            raise UserError(f"crossplay: {spec!r}: setting {item!r} is not key=value")
+            raise UserError(f"{spec!r}: setting {item!r} is not key=value")
         try:
             params[key] = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise UserError(f"crossplay: {spec!r}: value {value!r} of {key} is not valid YAML") from None
+            raise UserError(f"{spec!r}: value {value!r} of {key} is not valid YAML") from None
     return ScriptedPolicy(spec, name, params)
 
 
@@ -130,7 +131,7 @@ def resolve_env(env_arg: str | None, learned: list[LearnedPolicy]) -> tuple[str,
     """(env string, env kwargs, where they came from); every run must have been trained on exactly that env."""
     if env_arg is None:
         if not learned:
-            raise UserError("crossplay: --env is needed when no run directory is given (a preset such as "
+            raise UserError("--env is needed when no run directory is given (a preset such as "
                             "staghunt/egocentric or an env string such as matrix:stag_hunt)")
         env, kwargs, source = learned[0].cfg.env, dict(learned[0].cfg.env_kwargs), f"run {learned[0].source}"
     elif "/" in env_arg or env_arg.endswith((".yaml", ".yml")):
@@ -143,7 +144,7 @@ def resolve_env(env_arg: str | None, learned: list[LearnedPolicy]) -> tuple[str,
         env, kwargs, source = env_arg, {}, f"--env {env_arg}"
     for policy in learned:
         if (policy.cfg.env, dict(policy.cfg.env_kwargs)) != (env, kwargs):
-            raise UserError(f"crossplay: run {policy.source} was trained on env={policy.cfg.env} env_kwargs="
+            raise UserError(f"run {policy.source} was trained on env={policy.cfg.env} env_kwargs="
                             f"{dict(policy.cfg.env_kwargs)}; expected env={env} env_kwargs={kwargs} ({source})")
     return env, kwargs, source
 
@@ -154,9 +155,9 @@ def parse_slots(text: str | None, flag: str, n: int) -> list[int] | None:
     try:
         slots = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise UserError(f"crossplay: {flag} {text!r} is invalid; expected comma-separated slot indices, e.g. 0,1") from None
+        raise UserError(f"{flag} {text!r} is invalid; expected comma-separated slot indices, e.g. 0,1") from None
     if not slots or any(not 0 <= s < n for s in slots) or len(set(slots)) != len(slots):
-        raise UserError(f"crossplay: {flag} {text!r} is invalid; expected distinct slot indices in 0..{n - 1}")
+        raise UserError(f"{flag} {text!r} is invalid; expected distinct slot indices in 0..{n - 1}")
     return slots
 
 
@@ -165,10 +166,10 @@ def check_slots(row_slots: list[int] | None, col_slots: list[int] | None, n: int
     if row_slots is None and col_slots is None and n == 2:
         return [0], [1]
     if row_slots is None or col_slots is None:
-        raise UserError(f"crossplay: this env has {n} agent slots; give both --row-slots and --col-slots, "
+        raise UserError(f"this env has {n} agent slots; give both --row-slots and --col-slots, "
                         f"e.g. --row-slots 0 --col-slots {','.join(map(str, range(1, n)))}")
     if set(row_slots) & set(col_slots) or len(row_slots) + len(col_slots) != n:
-        raise UserError(f"crossplay: --row-slots {row_slots} and --col-slots {col_slots} must split the slots "
+        raise UserError(f"--row-slots {row_slots} and --col-slots {col_slots} must split the slots "
                         f"0..{n - 1} between them (each slot on exactly one side)")
     return row_slots, col_slots
 
@@ -182,6 +183,7 @@ def play(env, sides: list[tuple[object, list[int]]], episodes: int, seed: int, d
     torch.manual_seed(seed)  # stochastic actor sampling
     step = env.reset(seed=seed)
     side_weights = torch.zeros(n, len(sides), device=dev)  # [N, S]: reward of slot i counts 1/K_s for its side s
+    sides = [(copy.copy(policy), slots) for policy, slots in sides]  # own slots / hidden state when a policy plays itself
     for s, (policy, slots) in enumerate(sides):
         policy.start(env, torch.tensor(slots, device=dev), seed + s, deterministic)
         side_weights[slots, s] = 1.0 / len(slots)
@@ -221,11 +223,11 @@ def crossplay(rows: list[str], cols: list[str], out: Path, env_arg: str | None =
               deterministic: bool = True, seed: int = 0, quiet: bool = False) -> dict:
     """Play every (row, col) pairing; write crossplay.csv, crossplay.md and crossplay.png to `out`."""
     if episodes < 1:
-        raise UserError(f"crossplay: --episodes must be >= 1, got {episodes}")
+        raise UserError(f"--episodes must be >= 1, got {episodes}")
     if num_envs is not None and num_envs < 1:
-        raise UserError(f"crossplay: --num-envs must be >= 1, got {num_envs}")
+        raise UserError(f"--num-envs must be >= 1, got {num_envs}")
     if seed < 0:
-        raise UserError(f"crossplay: --seed must be >= 0, got {seed}")
+        raise UserError(f"--seed must be >= 0, got {seed}")
     policies = load_policies(rows + cols)
     learned = [p for p in policies.values() if isinstance(p, LearnedPolicy)]
     env_name, env_kwargs, _ = resolve_env(env_arg, learned)
@@ -241,7 +243,7 @@ def crossplay(rows: list[str], cols: list[str], out: Path, env_arg: str | None =
             played = play(env, [(policies[r], sides[0]), (policies[c], sides[1])], episodes, seed, deterministic)
             ret = played["returns"]
             low, high = bootstrap_ci(ret)
-            row = {"row": policies[r].label, "col": policies[c].label, "episodes": episodes,
+            row = {"row": policies[r].label, "col": policies[c].label, "episodes": len(ret),
                    "return_mean": float(ret.mean()), "return_std": float(ret.std()), "ci_low": low, "ci_high": high,
                    "row_return_mean": float(played["side_returns"][:, 0].mean()),
                    "col_return_mean": float(played["side_returns"][:, 1].mean()),
