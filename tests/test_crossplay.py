@@ -46,7 +46,18 @@ def test_matrix_stag_hunt_with_fixed_actions_gives_the_payoff_table(tmp_path, ca
     assert capsys.readouterr().out.startswith("Cross-play on `matrix:stag_hunt`")
 
 
-def test_slots_split_a_three_agent_env(tmp_path):
+@pytest.mark.parametrize("row_slot,sign", [("0", 1), ("1", -1)])
+def test_each_side_plays_its_own_slots(tmp_path, row_slot, sign):
+    """Matching pennies: slot 0 gets +1 when the actions match, slot 1 gets -1 (and the reverse otherwise)."""
+    out = tmp_path / "cp"
+    assert main(["crossplay", "--env", "matrix:matching_pennies", "--rows", STAG, "--cols", STAG, HARE, "--row-slots",
+                 row_slot, "--col-slots", str(1 - int(row_slot)), "--episodes", "2", "--out", str(out), "--quiet"]) == 0
+    table = read_csv(out / "crossplay.csv")
+    sides = [(float(r["row_return_mean"]), float(r["col_return_mean"]), float(r["return_mean"])) for r in table.values()]
+    assert sides == [(25 * sign, -25 * sign, 0), (-25 * sign, 25 * sign, 0)]
+
+
+def test_slots_split_a_four_agent_env(tmp_path):
     """specialisation, 4 agents: reward = distinct actions / 4; the row plays 0 on slots 0 and 2, the column 1 or 0
     on slots 1 and 3."""
     out = tmp_path / "cp"
