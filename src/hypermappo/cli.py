@@ -56,9 +56,9 @@ settings as scripted:NAME@key=value@... (values in YAML; quote lists for the she
 'scripted:matrix_mixed@probs=[0.3,0.7]'. Writes OUT/crossplay.csv, crossplay.md and crossplay.png.
 
 examples:
-  hypermappo crossplay --rows runs/a runs/b scripted:staghunt_stag --cols scripted:staghunt_stag scripted:staghunt_hare \
+  hypermappo crossplay --rows runs/a runs/b scripted:staghunt_stag --cols scripted:staghunt_stag scripted:staghunt_hare \\
       scripted:staghunt_follow --row-slots 0 --col-slots 1 --episodes 100 --out report/crossplay
-  hypermappo crossplay --env matrix:stag_hunt --rows scripted:fixed@action=0 scripted:fixed@action=1 \
+  hypermappo crossplay --env matrix:stag_hunt --rows scripted:fixed@action=0 scripted:fixed@action=1 \\
       --cols scripted:fixed@action=0 scripted:fixed@action=1""",
     "presets": "examples:\n  hypermappo presets",
     "config": """examples:
