@@ -15,8 +15,8 @@ EPISODES episodes per pairing, deterministic actions, the same start states for 
 
 Writes benchmarks/results/crossplay_staghunt.{md,csv,png}; the same table as
 `hypermappo crossplay --rows runs/crossplay_staghunt/seed=0 runs/crossplay_staghunt/seed=1
-runs/crossplay_staghunt/seed=2 scripted:staghunt_stag scripted:staghunt_hare --cols scripted:staghunt_stag scripted:staghunt_hare scripted:staghunt_follow
---episodes 500 --out OUT`.
+runs/crossplay_staghunt/seed=2 scripted:staghunt_stag scripted:staghunt_hare
+--cols scripted:staghunt_stag scripted:staghunt_hare scripted:staghunt_follow --episodes 500 --out OUT`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                + " ".join([*map(str, runs), *REFERENCE_ROWS]) + " --cols " + " ".join(PARTNERS)
                + f" --env {args.preset} --episodes {args.episodes}")
     md.write_text(md.read_text() + f"\nRuns: `{args.preset}`, {args.steps:,} env steps each (`hypermappo sweep`). "
-                  f"Reproduce: `{command}`. This invocation took {time.time() - start:.0f}s (finished training runs are skipped).\n")
+                  f"Reproduce: `{command}`. This invocation took {time.time() - start:.0f}s (finished training runs "
+                  f"are skipped).\n")
     print(md.read_text(), end="")
     print(f"wrote {md}, {args.out.with_suffix('.csv')}, {args.out.with_suffix('.png')}")
     return 0
