@@ -1,4 +1,4 @@
-"""The `hypermappo` command line: train, resume, eval, sweep, compare, presets, config.
+"""The `hypermappo` command line: train, resume, eval, sweep, compare, crossplay, presets, config.
 
 Exit codes (each failure prints one line on stderr, no traceback):
   0    done
@@ -51,6 +51,15 @@ examples:
   hypermappo compare runs/sweep_staghunt_default                 # a sweep directory: all its runs
   hypermappo compare runs/a_s1 runs/a_s2 runs/b_s1 runs/b_s2 --group-by algo,actor --out report/
   hypermappo compare runs/sweep_width --group-by model.hidden_sizes --metric episode_return_mean""",
+    "crossplay": """policies: a run directory (its actor from the newest intact checkpoint) or scripted:NAME, with
+settings as scripted:NAME@key=value@... (values in YAML; quote lists for the shell), e.g. 'scripted:fixed@action=0',
+'scripted:matrix_mixed@probs=[0.3,0.7]'. Writes OUT/crossplay.csv, crossplay.md and crossplay.png.
+
+examples:
+  hypermappo crossplay --rows runs/a runs/b scripted:staghunt_stag --cols scripted:staghunt_stag scripted:staghunt_hare \\
+      scripted:staghunt_follow --row-slots 0 --col-slots 1 --episodes 100 --out report/crossplay
+  hypermappo crossplay --env matrix:stag_hunt --rows scripted:fixed@action=0 scripted:fixed@action=1 \\
+      --cols scripted:fixed@action=0 scripted:fixed@action=1""",
     "presets": "examples:\n  hypermappo presets",
     "config": """examples:
   hypermappo config mpe/simple_spread algo=ippo      # print the effective config
@@ -111,6 +120,20 @@ def _parser() -> argparse.ArgumentParser:
                                                       "(default: the keys that differ between runs, except seed)")
     m.add_argument("--out", type=Path, default=Path("report"), help="output directory (default: report/)")
     m.add_argument("--metric", default="eval_return_mean", help="final-score column of metrics.csv")
+
+    x = add("crossplay", "play every pairing of row x column policies (run directories or scripted) in one env")
+    x.add_argument("--rows", nargs="+", required=True, metavar="POLICY", help="row policies: RUN_DIR or scripted:NAME")
+    x.add_argument("--cols", nargs="+", required=True, metavar="POLICY", help="column policies: RUN_DIR or scripted:NAME")
+    x.add_argument("--env", help="preset (e.g. staghunt/egocentric) or env string (e.g. matrix:stag_hunt); default: "
+                                 "the first run's env. Every run must have been trained on this env")
+    x.add_argument("--row-slots", metavar="I,J", help="agent slots the row policy acts for (default on 2 agents: 0)")
+    x.add_argument("--col-slots", metavar="I,J", help="agent slots the column policy acts for (default on 2 agents: 1)")
+    x.add_argument("--episodes", type=int, default=100, help="episodes per pairing (default 100)")
+    x.add_argument("--num-envs", type=int, help="envs in parallel (default: --episodes, one episode each)")
+    x.add_argument("--stochastic", action="store_true", help="sample learned actions instead of taking the mode")
+    x.add_argument("--seed", type=int, default=0, help="env and scripted-policy seed (default 0)")
+    x.add_argument("--out", type=Path, default=Path("report/crossplay"), help="output directory (default: report/crossplay)")
+    x.add_argument("--quiet", action="store_true", help="no per-pairing progress lines")
 
     add("presets", "list the presets under configs/")
     add("bench", "training throughput table (benchmarks/throughput.py; `hypermappo bench --help` for its options)")
@@ -178,6 +201,16 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_crossplay(args) -> int:
+    from hypermappo.crossplay import crossplay
+
+    result = crossplay(args.rows, args.cols, args.out, args.env, args.row_slots, args.col_slots, args.episodes,
+                       args.num_envs, not args.stochastic, args.seed, args.quiet)
+    print((args.out / "crossplay.md").read_text(), end="")
+    print("wrote " + ", ".join(str(p) for p in result["files"]))
+    return 0
+
+
 def cmd_presets(args) -> int:
     from hypermappo.config import list_presets
 
@@ -212,7 +245,7 @@ def cmd_config(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "sweep": cmd_sweep, "compare": cmd_compare,
-            "presets": cmd_presets, "config": cmd_config}
+            "crossplay": cmd_crossplay, "presets": cmd_presets, "config": cmd_config}
 
 
 def cmd_bench(argv: list[str]) -> int:

@@ -16,8 +16,11 @@ from hypermappo.evaluation import evaluate_policy
 from hypermappo.models.actor import build_actor
 
 
-def load_actor(target: Path):
-    """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, actor)."""
+def load_actor(target: Path, command: str = "eval", newest_intact: bool = False):
+    """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, actor, checkpoint path).
+
+    With `newest_intact` (crossplay), a run directory's newer unusable checkpoints are skipped with a note
+    on stderr and the newest one that loads is used; errors name `command`."""
     from hypermappo.experiment import latest_checkpoint, read_checkpoint
 
     if target.is_dir():
@@ -25,27 +28,44 @@ def load_actor(target: Path):
     elif target.is_file():
         run_dir, ckpt = target.parent.parent, target
         if not (run_dir / "config.yaml").exists():
-            raise UserError(f"eval: {str(target)!r} is not inside a run directory (expected "
+            raise UserError(f"{command}: {str(target)!r} is not inside a run directory (expected "
                             f"RUN_DIR/checkpoints/ckpt_*.pt next to RUN_DIR/config.yaml)")
     else:
-        raise UserError(f"eval: {str(target)!r} is neither a run directory nor a checkpoint file")
+        raise UserError(f"{command}: {str(target)!r} is neither a run directory nor a checkpoint file")
     cfg = config_mod.from_run_dir(run_dir)
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
     actor = build_actor(cfg.actor, spec, cfg)
+    candidates = sorted(ckpt.parent.glob("ckpt_*.pt"), reverse=True) if newest_intact and target.is_dir() else [ckpt]
+    rejected = []
+    for ckpt in candidates:
+        try:
+            _load_weights(actor, ckpt, cfg, command, read_checkpoint)
+        except UserError as e:
+            if len(candidates) == 1:
+                raise
+            rejected.append(f"{ckpt.name}: {e}")
+            continue
+        if rejected:
+            print(f"{command}: {run_dir}: skipped {'; '.join(rejected)}; using {ckpt.name}", file=sys.stderr, flush=True)
+        return cfg, actor, ckpt
+    raise UserError(f"{command}: {run_dir}: no intact checkpoint ({'; '.join(rejected)})")
+
+
+def _load_weights(actor, ckpt: Path, cfg, command: str, read_checkpoint) -> None:
+    """Load checkpoint `ckpt`'s verified actor weights into `actor`, or a UserError saying why it is unusable."""
     try:
         sd = read_checkpoint(ckpt, cfg.device)  # size, checksum, keys, finite weights
     except ValueError as e:  # failed verification: truncated, checksum, missing keys, non-finite weights
-        raise UserError(f"eval: {ckpt} is unusable ({e})") from None
+        raise UserError(f"{command}: {ckpt} is unusable ({e})") from None
     except Exception as e:  # noqa: BLE001 - not a checkpoint at all
         reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise UserError(f"eval: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
+        raise UserError(f"{command}: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
     try:
         actor.load_state_dict(sd["actor"])
     except Exception as e:  # noqa: BLE001 - a checkpoint of another config
         reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise UserError(f"eval: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
-    return cfg, actor, ckpt
+        raise UserError(f"{command}: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
 
 
 class EvalProgress:

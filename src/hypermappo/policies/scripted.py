@@ -10,7 +10,9 @@ A scripted policy acts for a set of agent slots in every env at once and has no 
 agent slots this policy acts for (`[K]`), `ctx.env` the batched env (rules may read its state), `ctx.generator` a
 torch.Generator seeded from the run's seed, `ctx.params` the policy's keyword settings from the config. The
 function returns actions `[E, K]` (Discrete, int64) in the layout of the VecEnv contract. A user's own policy
-is registered with the decorator, or named in a config as `module.path:function`.
+is registered with the decorator, or named in a config as `module.path:function`. Env-specific rules
+(`staghunt_hare`, `staghunt_stag`, `staghunt_follow`, `spread_nearest_landmark`, `matrix_mixed`) live in
+`scripted_rules.py` and are registered when this module is imported.
 """
 
 from __future__ import annotations
@@ -87,3 +89,7 @@ def fixed_action(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     a = torch.full((step.obs.shape[0], ctx.slots.numel()), int(ctx.params["action"]), dtype=torch.long,
                    device=step.obs.device)
     return torch.where(step.active[:, ctx.slots], a, torch.zeros_like(a))
+
+
+# env-specific rules (stag hunt, simple_spread, matrix games) register themselves on import
+from hypermappo.policies import scripted_rules  # noqa: E402, F401
