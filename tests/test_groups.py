@@ -184,7 +184,8 @@ def test_scripted_and_frozen_groups_have_no_optimiser_and_never_change(tmp_path)
 def _switch_rows(tmp_path: Path, name: str, at_step: int) -> list[dict]:
     groups = (f"groups=[{{name: a, agents: [0]}}, {{name: b, agents: [1], kind: scripted, policy: fixed, "
               f"params: {{action: 0}}, switch: [{{at_step: {at_step}, kind: learner}}]}}]")
-    _experiment(tmp_path, name, groups).run()  # 4 rollouts starting at env steps 0, 40, 80, 120
+    # 4 rollouts starting at env steps 0, 40, 80, 120; several episodes per env, each agent its own reward
+    _experiment(tmp_path, name, groups, ["env_kwargs={episode_length: 4, shared_reward: false}"]).run()
     with (tmp_path / name / "metrics.csv").open(newline="") as f:
         return list(csv.DictReader(f))
 
@@ -194,6 +195,12 @@ def test_a_switch_takes_effect_at_the_first_rollout_after_its_step(tmp_path, at_
     rows_ = _switch_rows(tmp_path, "s", at_step)
     assert [r["switch"] for r in rows_] == ["b->learner" if int(r["update"]) == first_update else "" for r in rows_]
     assert [r["b/policy_loss"] != "" for r in rows_] == [int(r["update"]) >= first_update for r in rows_]
+    ended = [r for r in rows_ if int(r["episodes"])]
+    assert ended  # per-group returns: with one agent per group their mean is the all-agents return
+    assert any(r["a/episode_return_mean"] != r["b/episode_return_mean"] for r in ended)
+    for r in ended:
+        mean = (float(r["a/episode_return_mean"]) + float(r["b/episode_return_mean"])) / 2
+        assert mean == pytest.approx(float(r["episode_return_mean"]), abs=1e-6)
     summary = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summary["groups"]["b"]["kind"] == "learner" and "b/eval_return_mean" in rows_[-1]
 
@@ -214,11 +221,12 @@ def _assert_same(got, want, where: str) -> None:
 
 
 def test_resume_across_a_switch_equals_the_uninterrupted_run(tmp_path):
-    """Checkpoint at update 2, the switch of b (scripted random -> learner) at the rollout of update 3."""
+    """Checkpoint at update 2; b plays scripted random in update 3 (its generator must resume) and switches to a
+    learner at the rollout of update 4."""
     import shutil
 
     groups = ("groups=[{name: a, agents: [0], actor: rnn, ppo: {data_chunk_length: 5}}, {name: b, agents: [1], "
-              "kind: scripted, policy: random, switch: [{at_step: 80, kind: learner}]}]")
+              "kind: scripted, policy: random, switch: [{at_step: 120, kind: learner}]}]")
     cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=160", "checkpoint_interval=2",
                                                        "ppo.num_mini_batch=2", groups])
     full = tmp_path / "full"
@@ -229,7 +237,7 @@ def test_resume_across_a_switch_equals_the_uninterrupted_run(tmp_path):
     (resumed / "summary.json").unlink()
     Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
     got, want = rows(resumed / "metrics.csv"), rows(full / "metrics.csv")
-    assert [r["switch"] for r in want] == ["", "", "b->learner", ""]
+    assert [r["switch"] for r in want] == ["", "", "", "b->learner"]
     assert got == want
     final_got = torch.load(resumed / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
     final_want = torch.load(full / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
