@@ -179,6 +179,23 @@ def test_scripted_and_frozen_groups_have_no_optimiser_and_never_change(tmp_path)
     with (scripted_run.run_dir / "metrics.csv").open() as f:
         header = next(csv.reader(f))
     assert "a/policy_loss" in header and not any(c.startswith("b/") and "loss" in c for c in header)
+    # a frozen group can load a named learner group of a run with groups
+    frozen_a = (f"groups=[{{name: me, agents: [0]}}, {{name: other, agents: [1], kind: frozen, "
+                f"run_dir: {scripted_run.run_dir}, group: a}}]")
+    other = _experiment(tmp_path, "frozen_a", frozen_a).groups[1].frozen[0]
+    trained = scripted_run.groups[0].learner.actor.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in other.state_dict().items())
+    with pytest.raises(UserError, match="has no learner group of that name"):
+        _experiment(tmp_path, "frozen_b", frozen_a.replace("group: a", "group: b"))
+
+
+def test_eval_of_a_run_with_groups_is_a_one_line_error(tmp_path, capsys):
+    from hypermappo.cli import main
+
+    _experiment(tmp_path, "run", TWO.replace("policy: random", "policy: fixed, params: {action: 1}")).run()
+    assert main(["eval", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "policy groups" in err[0]
 
 
 def _switch_rows(tmp_path: Path, name: str, at_step: int) -> list[dict]:
