@@ -267,3 +267,26 @@ def test_compare_plots_a_groups_return(tmp_path):
     _experiment(tmp_path, "run", TWO).run()
     result = compare([tmp_path / "run"], tmp_path / "cmp", metric="a/episode_return_mean")
     assert result["metric"] == "a/episode_return_mean" and (tmp_path / "cmp" / "curves.png").exists()
+
+
+def _slot_as_action(step, ctx):
+    """Test policy: each slot plays its own index (so a misplaced action shows)."""
+    return ctx.slots.expand(step.obs.shape[0], -1).clone()
+
+
+def test_each_groups_actions_reach_its_own_slots(tmp_path):
+    """A group of non-consecutive slots listed out of order ([2, 0]) and a learner on slot 1: env.step gets the
+    scripted actions exactly on slots 2 and 0."""
+    groups = ("groups=[{name: learn, agents: [hunter_1]}, {name: fix, agents: [hunter_2, hunter_0], kind: scripted, "
+              "policy: 'test_groups:_slot_as_action'}]")
+    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=40", "env_kwargs={n_hunters: 3}",
+                                                       groups])
+    exp = Experiment(cfg, tmp_path / "run", quiet=True)
+    assert exp.groups[1].slots == [2, 0] and torch.equal(exp.groups[1].index, torch.tensor([2, 0]))
+    seen = []
+    step = exp.env.step
+    exp.env.step = lambda actions: (seen.append(actions.clone()), step(actions))[1]
+    exp.run()
+    actions = torch.stack(seen)  # [T, E, 3]
+    assert (actions[..., 0] == 0).all() and (actions[..., 2] == 2).all()
+    assert torch.equal(actions[..., 1], exp.buffer.actions[..., 0])  # the learner's sampled actions, on slot 1
