@@ -261,12 +261,14 @@ def test_resume_across_a_switch_equals_the_uninterrupted_run(tmp_path):
     _assert_same(final_got["groups"], final_want["groups"], "groups")
 
 
-def test_compare_plots_a_groups_return(tmp_path):
-    from hypermappo.report.compare import compare
+def test_compare_plots_a_groups_return_and_marks_the_switch(tmp_path):
+    from hypermappo.report.compare import compare, load_run
 
-    _experiment(tmp_path, "run", TWO).run()
+    _experiment(tmp_path, "run", TWO.replace("policy: random", "policy: random, switch: [{at_step: 40, kind: learner}]"))\
+        .run()
     result = compare([tmp_path / "run"], tmp_path / "cmp", metric="a/episode_return_mean")
     assert result["metric"] == "a/episode_return_mean" and (tmp_path / "cmp" / "curves.png").exists()
+    assert load_run(tmp_path / "run").switches == [(40.0, "b->learner")]  # the rollout that started at step 40
 
 
 def _slot_as_action(step, ctx):
