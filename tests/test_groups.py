@@ -269,6 +269,16 @@ def test_compare_plots_a_groups_return_and_marks_the_switch(tmp_path):
     result = compare([tmp_path / "run"], tmp_path / "cmp", metric="a/episode_return_mean")
     assert result["metric"] == "a/episode_return_mean" and (tmp_path / "cmp" / "curves.png").exists()
     assert load_run(tmp_path / "run").switches == [(40.0, "b->learner")]  # the rollout that started at step 40
+    import matplotlib.axes
+
+    drawn = []
+    original = matplotlib.axes.Axes.set_title
+    matplotlib.axes.Axes.set_title = lambda ax, title, *a, **k: (drawn.append(title), original(ax, title, *a, **k))[1]
+    try:
+        compare([tmp_path / "run"], tmp_path / "cmp2", metric="b/episode_return_mean")
+    finally:
+        matplotlib.axes.Axes.set_title = original
+    assert "b/episode_return_mean" in drawn  # the chosen group's return has its own panel
 
 
 def _slot_as_action(step, ctx):

@@ -287,6 +287,9 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     if all(r.series("eval_return_mean")[1].size >= 1 for r in runs):
         panels.append("eval_return_mean")
         titles.append("evaluation return")
+    if metric not in panels:  # e.g. a policy group's return, `<group>/episode_return_mean`
+        panels.append(metric)
+        titles.append(metric)
     _figure(groups, panels, titles, out / "curves.png", env)
     written = [out / "curves.png", out / "final.md", out / "final.csv"]
     if diagnostics:
