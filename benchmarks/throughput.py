@@ -73,6 +73,9 @@ MAIN = ("mappo", "vmas:simple_spread", 1024)  # the row the must-show checks are
 JAXMARL = ["algo=ippo", "actor=mlp", "rollout_length=128", "ppo.ppo_epoch=4", "ppo.num_mini_batch=4",
            "model.activation=tanh"]
 JAXMARL_SPS = 45_000  # JaxMARL's compiled figure on a 2-core CPU like ours (design.md)
+# issue 14: two learned groups (one per hunter: own actor, critic, optimisers, buffer) vs the one-group row
+TWO_GROUPS = ("mappo-2groups", "staghunt", 1024)
+TWO_GROUPS_OVERRIDES = ["groups=[{name: h0, agents: [0]}, {name: h1, agents: [1]}]"]
 
 
 def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[str], note: str = "",
@@ -96,6 +99,9 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     if threads != 1:
         for name in ("mappo", "hyper-id", "hyper-obs-last"):
             cases.append(case(name, env, e, 1, VARIANTS[name], note="1 torch thread"))
+    name, g_env, g_e = TWO_GROUPS
+    cases.append(case(name, g_env, g_e, threads, [*VARIANTS["mappo"], *TWO_GROUPS_OVERRIDES],
+                      note="two learner groups, one per hunter (vs mappo: the one-group row)"))
     cases.append(case(f"{v}+diag", env, e, threads, VARIANTS[v], diag=True,
                       note="default diagnostics (every update) and audit"))
     cases.append(case("ippo-jaxmarl", "mpe:simple_spread", 16, threads, JAXMARL,
@@ -122,22 +128,28 @@ def train_iteration(exp) -> list[tuple[float, float, float]]:
     """One update of `Experiment.run()` (collect, diagnostics when due, update, audit) -> seconds of
     (collect, update, diagnostics), as [wall, process CPU]."""
     cfg = exp.cfg
+    learning = [g for g in exp.groups if g.learning]  # policy groups: one learner unless `groups` says otherwise
     t0 = clock()
-    exp.actor.eval(), exp.critic.eval()
+    for g in learning:
+        g.learner.actor.eval(), g.learner.critic.eval()
     exp.collect()
     t1 = clock()
-    exp.actor.train(), exp.critic.train()
     every = cfg.diagnostics.every
     due = every and (exp.update + 1) % every == 0
-    if due:
-        exp.diagnostics.before_update(exp.buffer, exp.algo.recurrent)
+    for g in learning:
+        g.learner.actor.train(), g.learner.critic.train()
+        if due:
+            g.learner.diagnostics.before_update(g.learner.buffer, g.learner.algo.recurrent)
     t2 = clock()
-    losses = exp.algo.update(exp.buffer, exp.batch_generator)
+    losses = [g.learner.algo.update(g.learner.buffer, g.learner.batch_generator) for g in learning]
     t3 = clock()
-    if due:
-        exp.diagnostics.after_update(exp.buffer, exp.algo.recurrent)
+    for g in learning:
+        if due:
+            g.learner.diagnostics.after_update(g.learner.buffer, g.learner.algo.recurrent)
+        g.learner.updates_done += 1
     exp.update += 1
-    exp._audit(losses)
+    for g, group_losses in zip(learning, losses):
+        exp._audit(g, group_losses)
     t4 = clock()
     return [(t1[i] - t0[i], t3[i] - t2[i], (t2[i] - t1[i]) + (t4[i] - t3[i])) for i in (0, 1)]
 
@@ -166,7 +178,9 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
             (c_s, u_s, d_s), cpu = train_iteration(exp)
             collect.append(c_s), update.append(u_s), diag.append(d_s), cpu_e2e.append(sum(cpu))
             f0 = clock()
-            exp.algo.update(exp.buffer, exp.batch_generator)  # the floor: update only, same batch
+            for g in exp.groups:  # the floor: update only, same batch
+                if g.learning:
+                    g.learner.algo.update(g.learner.buffer, g.learner.batch_generator)
             f1 = clock()
             floor.append(f1[0] - f0[0]), cpu_floor.append(f1[1] - f0[1])
             elapsed = time.perf_counter() - start
@@ -267,6 +281,12 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     main = ok.get((v, env, e, threads))
     out = []
+    name, g_env, g_e = TWO_GROUPS
+    r = ok.get((name, g_env, g_e, threads))
+    if r and "vs_mappo" in r:
+        out.append({"check": f"{name} {g_env} E={g_e}: >= 0.8x the one-group row", "value": r["vs_mappo"],
+                    "passed": r["vs_mappo"] >= 0.8,
+                    "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x one group (needs >= 0.8x)"})
     if main is None:
         return out
     out.append({"check": f"{v} {env} E={e}: >= 10,000 env-steps/s end to end", "value": main["e2e_sps"],

@@ -195,6 +195,10 @@ class Config:
     hyper: HyperConfig = field(default_factory=HyperConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    groups: list = opt([], "policy groups: agent slots -> named groups, each a learner (own actor, critic, optimiser; "
+                           "optional actor/model/critic/ppo/hyper overrides), scripted (policy, params) or frozen "
+                           "(run_dir), with an optional switch schedule; empty = one learner of all agents "
+                           "(see README, Policy groups)")
 
 
 # --------------------------------------------------------------------------- parsing / checking
@@ -507,6 +511,10 @@ def unused_keys(cfg: Config) -> dict[str, str]:
 
 def validate(cfg: Config) -> None:
     """Checks that involve more than one key."""
+    if cfg.groups:
+        from hypermappo.policies.groups import check_group_specs  # the groups module owns their rules
+
+        check_group_specs(cfg)
     if cfg.algo == "ippo" and cfg.critic.input not in ("auto", "obs"):
         raise UserError(f"critic.input: ippo uses a decentralised critic, so it must be auto or obs, "
                         f"got {cfg.critic.input!r} (use algo=mappo for a centralised critic)")

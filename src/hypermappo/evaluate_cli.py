@@ -33,6 +33,9 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
     else:
         raise UserError(f"{command}: {str(target)!r} is neither a run directory nor a checkpoint file")
     cfg = config_mod.from_run_dir(run_dir)
+    if cfg.groups:
+        raise UserError(f"eval: {str(run_dir)!r} is a run with policy groups, which `hypermappo eval` does not play "
+                        f"yet; its evaluations (per group) are in metrics.csv and summary.json")
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
     actor = build_actor(cfg.actor, spec, cfg)

@@ -44,19 +44,15 @@ import numpy as np
 import torch
 
 from hypermappo import config as config_mod
-from hypermappo.algos.death import bootstrap_mask, resolve_death, transition_targets
-from hypermappo.algos.mappo import MAPPO
-from hypermappo.diagnostics import DeadComponentError, Diagnostics, LiveComponentAudit
+from hypermappo.algos.death import bootstrap_mask, transition_targets
+from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
-from hypermappo.models.actor import build_actor
-from hypermappo.models.critic import Critic
-from hypermappo.models.distributions import params_size
+from hypermappo.policies.groups import build_groups, evaluate_groups
 from hypermappo.run_lock import LOCK_FILE, RunDirLock
-from hypermappo.storage.rollout import RolloutBuffer
 
 CHECKPOINTS_KEPT = 2
 # what `_load_checkpoint` reads: a checkpoint without one of these is not one of ours
@@ -248,35 +244,20 @@ class Experiment:
         except Exception as e:  # noqa: BLE001 - a third-party env's constructor
             raise EnvFailure(f"env {cfg.env!r} could not be built: {one_line(e)}") from e
         self.spec = self.env.spec
-        self.actor = build_actor(cfg.actor, self.spec, cfg).to(self.device)
-        self.critic = Critic(self.spec, cfg).to(self.device)
-        self.death = resolve_death(cfg.ppo.death, self.spec)  # episode | agent (algos/death.py)
-        self.algo = MAPPO(self.actor, self.critic, cfg)
-        T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
-        if self.algo.recurrent and T % L:
-            raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
-                            f"of it, got {L}")
-        self.batch_generator = torch.Generator().manual_seed(cfg.seed + 1)
-        space = self.spec.action_space
-        action_shape, action_dtype = action_layout(space)
-        n_avail = int(space.n) if self.spec.has_available_actions else 0
-        self.store_dist_params = True  # KL alignment and per-agent KL diagnostics need the behaviour policy
-        self.store_prev_obs = getattr(self.actor, "needs_prev_obs", False)
-        self.buffer = RolloutBuffer(T, cfg.num_envs, self.spec.num_agents, self.spec.obs_dim, self.spec.state_dim,
-                                    action_shape, action_dtype, n_avail,
-                                    params_size(space) if self.store_dist_params else 0,
-                                    self.actor.hidden_size, self.critic.hidden_size, self.device,
-                                    store_prev_obs=self.store_prev_obs)
+        # policy groups (policies/groups.py); no `groups` in the config: one learner group of all slots
+        self.groups = build_groups(cfg, self.env, self.device)
+        self.multi = bool(cfg.groups)  # per-group columns, checkpoint entries and summary
+        self.primary = next(g.learner for g in self.groups if g.learner is not None)
+        self.switching = any(len(g.phases) > 1 for g in self.groups)
+        T = cfg.rollout_length
         self.updates_total = max(1, math.ceil(cfg.total_env_steps / (T * cfg.num_envs)))
         self.update = 0
         self.env_steps = 0
         self.wall_before = 0.0  # wall time of earlier segments of a resumed run
         self.recent_returns: deque = deque(maxlen=100)
+        self.group_recent = {g.name: deque(maxlen=100) for g in self.groups}  # per-group returns (multi)
         self.last: EnvStep | None = None
-        self.actor_h = self.critic_h = self.reset_mask = None
         self.summary_extra: dict = {}
-        self.diagnostics = Diagnostics(self.actor, cfg, self.spec)
-        self.audit = LiveComponentAudit(self.actor, self.critic, cfg) if cfg.diagnostics.audit_updates else None
         self.resume_rows = None
         self.segment_start = time.perf_counter()
         if resume:
@@ -287,6 +268,26 @@ class Experiment:
         self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
                                 config_mod.to_dict(cfg), resume_rows=self.resume_rows)
+
+    # the one learner of a run without groups (the first learner group otherwise), under its pre-groups names
+    actor = property(lambda self: self.primary.actor)
+    critic = property(lambda self: self.primary.critic)
+    algo = property(lambda self: self.primary.algo)
+    buffer = property(lambda self: self.primary.buffer)
+    batch_generator = property(lambda self: self.primary.batch_generator)
+    diagnostics = property(lambda self: self.primary.diagnostics)
+    audit = property(lambda self: self.primary.audit)
+    actor_h = property(lambda self: self.primary.actor_h)
+    critic_h = property(lambda self: self.primary.critic_h)
+    reset_mask = property(lambda self: self.primary.reset_mask)
+    prev_obs = property(lambda self: self.primary.prev_obs)
+    death = property(lambda self: self.primary.death)
+    store_prev_obs = property(lambda self: self.primary.store_prev_obs)
+    store_dist_params = property(lambda self: self.primary.store_dist_params)
+
+    def _prefix(self, group, metrics: dict) -> dict:
+        """Metric names of a group: `<group>/<name>` when groups are configured, else unchanged."""
+        return {f"{group.name}/{k}": v for k, v in metrics.items()} if self.multi else metrics
 
     # ------------------------------------------------------------------ run directory
 
@@ -309,51 +310,55 @@ class Experiment:
             raise
         except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker
             raise self._env_failure(e, "in reset()") from e
-        E, N = self.cfg.num_envs, self.spec.num_agents
-        self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
-        self.prev_obs = torch.zeros_like(self.last.obs)
-        self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size else None
-        self.critic_h = (torch.zeros(E, N, self.critic.hidden_size, device=self.device)
-                         if self.critic.hidden_size else None)
+        for g in self.groups:
+            g.start(self.last)
 
     @torch.no_grad()
     def collect(self) -> dict:
-        """Fill the rollout buffer with T steps from all envs; returns episode statistics."""
-        cfg, buf = self.cfg, self.buffer
-        gamma = cfg.ppo.gamma
+        """Fill each learning group's rollout buffer with T steps from all envs; returns episode statistics.
+
+        Per step, each group acts for its slots with one batched call and the actions are scattered into
+        one [E, N, ...] tensor for env.step (a single group's actions go to the env as they are)."""
+        cfg = self.cfg
         s = self.last
         returns, extras = [], {}
+        group_returns: dict[str, list] = {g.name: [] for g in self.groups}
+        learning = [g for g in self.groups if g.learning]
+        bootstrap = any(g.learner.cfg.ppo.bootstrap_truncated for g in learning)
         for t in range(cfg.rollout_length):
-            out = self.actor(s.obs, s.available_actions, self.actor_h, self.reset_mask, active=s.active)
-            actions = out.dist.sample()  # [E, N, ...]
-            values, critic_h = self.critic(s.obs, s.state, self.critic_h, self.reset_mask, active=s.active)  # [E, N]
-            buf.insert(t, obs=s.obs, state=s.state, available=s.available_actions, active=s.active,
-                       reset=self.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
-                       dist_params=out.dist.params() if self.store_dist_params else None,
-                       actor_h=self.actor_h, critic_h=self.critic_h,
-                       prev_obs=self.prev_obs if self.store_prev_obs else None)
-            self.prev_obs = s.obs
-            nxt = self._env_step(actions, t)
-            reward, dones = transition_targets(self.death, nxt.reward, nxt.done, s.active,
-                                               nxt.terminated | nxt.truncated)  # [E, N] each
-            if cfg.ppo.bootstrap_truncated and nxt.truncated.any():
-                # time limit, not a real end: bootstrap from the value of the final observation
+            pending, parts = {}, []
+            for g in self.groups:
+                if g.learning:
+                    actions, pending[g.name] = self._learner_act(g, s, t)
+                else:
+                    actions = g.act_fixed(s)
+                parts.append(actions)
+            nxt = self._env_step(parts[0] if len(parts) == 1 else self._scatter(parts), t)
+            if bootstrap and nxt.truncated.any():
                 self._check_final_observations(nxt, t)
-                v_final, _ = self.critic(nxt.final_obs, nxt.final_state, critic_h, None, active=nxt.final_active)
-                alive = bootstrap_mask(self.death, nxt.truncated, nxt.final_active)
-                reward = reward + gamma * self.algo.value_norm.denormalize(v_final) * alive
-            buf.insert(t, rewards=reward, dones=dones)
+            for g in self.groups:
+                if g.learning:
+                    self._learner_observe(g, s, nxt, t, *pending[g.name])
+                else:
+                    g.observe_fixed(nxt)
+            if self.multi:
+                for g in self.groups:  # the group's return: sum over steps of the mean over its agents
+                    g.ep_return = g.ep_return + g.take(nxt.reward).mean(-1)
             if nxt.episode_done is not None and nxt.episode_done.any():
                 done_idx = nxt.episode_done
                 returns.append(nxt.episode_return[done_idx])
                 for k, v in nxt.extras.items():
                     extras.setdefault(k, []).append(v[done_idx].float())
-            self.reset_mask = dones
-            self.actor_h, self.critic_h = out.hidden, critic_h
+                if self.multi:
+                    for g in self.groups:
+                        group_returns[g.name].append(g.ep_return[done_idx])
+                        g.ep_return = torch.where(done_idx, 0.0, g.ep_return)
             s = nxt
         self.last = s
-        last_values, _ = self.critic(s.obs, s.state, self.critic_h, self.reset_mask, active=s.active)
-        self.algo.compute_returns(buf, last_values)
+        for g in learning:
+            L = g.learner
+            last_values, _ = L.critic(g.take(s.obs), s.state, L.critic_h, L.reset_mask, active=g.take(s.active))
+            L.algo.compute_returns(L.buffer, last_values)
         self.env_steps += cfg.rollout_length * cfg.num_envs
         stats = {}
         if returns:
@@ -364,9 +369,54 @@ class Experiment:
         else:
             stats["episode_return_mean"] = float("nan")
             stats["episodes"] = 0
+        if self.multi:
+            for g in self.groups:
+                r = torch.cat(group_returns[g.name]).cpu() if group_returns[g.name] else None
+                if r is not None:
+                    self.group_recent[g.name].extend(r.tolist())
+                stats[f"{g.name}/episode_return_mean"] = float(r.mean()) if r is not None else float("nan")
         for k, vs in extras.items():
             stats[k] = float(torch.cat(vs).mean())
         return stats
+
+    def _learner_act(self, g, s: EnvStep, t: int):
+        """A learning group's batched actor + critic forward on its slots, stored at step t of its buffer."""
+        L = g.learner
+        obs, available, active = g.take(s.obs), g.take(s.available_actions), g.take(s.active)  # [E, K, ...]
+        out = L.actor(obs, available, L.actor_h, L.reset_mask, active=active)
+        actions = out.dist.sample()  # [E, K, ...]
+        values, critic_h = L.critic(obs, s.state, L.critic_h, L.reset_mask, active=active)  # [E, K]
+        L.buffer.insert(t, obs=obs, state=s.state, available=available, active=active,
+                        reset=L.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
+                        dist_params=out.dist.params() if L.store_dist_params else None,
+                        actor_h=L.actor_h, critic_h=L.critic_h,
+                        prev_obs=L.prev_obs if L.store_prev_obs else None)
+        L.prev_obs = obs
+        return actions, (out, critic_h, active)
+
+    def _learner_observe(self, g, s: EnvStep, nxt: EnvStep, t: int, out, critic_h, active) -> None:
+        """The group's own agents' rewards and ends of the step just taken -> its buffer."""
+        L = g.learner
+        reward, dones = transition_targets(L.death, g.take(nxt.reward), g.take(nxt.done), active,
+                                           nxt.terminated | nxt.truncated)  # [E, K] each
+        if L.cfg.ppo.bootstrap_truncated and nxt.truncated.any():
+            # time limit, not a real end: bootstrap from the value of the final observation
+            final_active = g.take(nxt.final_active)
+            v_final, _ = L.critic(g.take(nxt.final_obs), nxt.final_state, critic_h, None, active=final_active)
+            alive = bootstrap_mask(L.death, nxt.truncated, final_active)
+            reward = reward + L.cfg.ppo.gamma * L.algo.value_norm.denormalize(v_final) * alive
+        L.buffer.insert(t, rewards=reward, dones=dones)
+        L.reset_mask = dones
+        L.actor_h, L.critic_h = out.hidden, critic_h
+
+    def _scatter(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """Each group's actions [E, K, ...] into one [E, N, ...] tensor for env.step."""
+        first = parts[0]
+        actions = torch.empty((first.shape[0], self.spec.num_agents, *first.shape[2:]), dtype=first.dtype,
+                              device=first.device)
+        for g, a in zip(self.groups, parts):
+            actions[:, g.index] = a.to(first.dtype)
+        return actions
 
     def _env_step(self, actions: torch.Tensor, t: int) -> EnvStep:
         """env.step with its exceptions and non-finite outputs turned into one-line errors."""
@@ -497,33 +547,53 @@ class Experiment:
         segment_steps0 = self.env_steps
         eval_stats = None
         while self.update < self.updates_total:
-            if cfg.ppo.lr_decay:
-                self.algo.set_lr_fraction(1.0 - self.update / self.updates_total)
+            # a switch takes effect at the first rollout starting at or after its env step
+            switched = [f"{g.name}->{g.phases[g.phase].describe()}" for g in self.groups
+                        if g.due_switch(self.env_steps)]
+            learning = [g for g in self.groups if g.learning]
+            for g in learning:
+                if g.learner.cfg.ppo.lr_decay:
+                    g.learner.algo.set_lr_fraction(1.0 - self.update / self.updates_total)
             t0 = time.perf_counter()
-            self.actor.eval(), self.critic.eval()
+            for g in learning:
+                g.learner.actor.eval(), g.learner.critic.eval()
             ep = self.collect()
             t1 = time.perf_counter()
-            self.actor.train(), self.critic.train()
             every = cfg.diagnostics.every
             diag_due = every and (self.update + 1) % every == 0
-            diag = self.diagnostics.before_update(self.buffer, self.algo.recurrent) if diag_due else {}
-            auditing = self.audit is not None and self.update < cfg.diagnostics.audit_updates
-            self.algo.after_backward = self.audit.observe_grads if auditing else None  # no cost after the audit
+            diag, losses = {}, {}
+            for g in learning:
+                L = g.learner
+                L.actor.train(), L.critic.train()
+                if diag_due:
+                    diag.update(self._prefix(g, L.diagnostics.before_update(L.buffer, L.algo.recurrent)))
+                auditing = L.audit is not None and L.updates_done < cfg.diagnostics.audit_updates
+                L.algo.after_backward = L.audit.observe_grads if auditing else None  # no cost after the audit
             t_update = time.perf_counter()
-            try:
-                losses = self.algo.update(self.buffer, self.batch_generator)
-            except NonFiniteError as e:
-                raise NonFiniteError(f"{e} of update {self.update + 1} (env step {self.env_steps:,}) on env "
-                                     f"{cfg.env!r}") from None
+            group_losses = {}
+            for g in learning:  # each learner from its own agents' samples only
+                try:
+                    group_losses[g.name] = g.learner.algo.update(g.learner.buffer, g.learner.batch_generator)
+                except NonFiniteError as e:
+                    where = f" of group {g.name!r}" if self.multi else ""
+                    raise NonFiniteError(f"{e}{where} of update {self.update + 1} (env step {self.env_steps:,}) on "
+                                         f"env {cfg.env!r}") from None
+                g.learner.updates_done += 1
+                losses.update(self._prefix(g, group_losses[g.name]))
             t2 = time.perf_counter()
             if diag_due:
-                diag.update(self.diagnostics.after_update(self.buffer, self.algo.recurrent))
+                for g in learning:
+                    L = g.learner
+                    diag.update(self._prefix(g, L.diagnostics.after_update(L.buffer, L.algo.recurrent)))
             diag_s = (t_update - t1) + (time.perf_counter() - t2)  # diagnostics, excluded from train_sps
             self.update += 1
-            self._audit(losses)
+            for g in learning:
+                self._audit(g, group_losses[g.name])
             row = {"update": self.update, "env_steps": self.env_steps, **ep,
                    "train_sps": cfg.rollout_length * cfg.num_envs / ((t1 - t0) + (t2 - t_update)),
                    "collect_s": t1 - t0, "update_s": t2 - t_update, "diagnostics_s": diag_s, **losses, **diag}
+            if self.switching:
+                row["switch"] = "; ".join(switched)
             last = self.update == self.updates_total
             steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
             milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
@@ -531,6 +601,7 @@ class Experiment:
                 eval_stats = self._evaluate_checked()
                 row.update({"eval_return_mean": eval_stats["return_mean"],
                             "eval_return_std": eval_stats["return_std"]})
+                row.update({f"{name}/eval_return_mean": v for name, v in eval_stats.get("group_returns", {}).items()})
             self.logger.log(row)
             self._progress(row, start, segment_steps0)
             if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:
@@ -548,17 +619,23 @@ class Experiment:
         self.run_lock.release()
         return summary
 
-    def _audit(self, losses: dict) -> None:
-        """Live-component audit: stop the run if an enabled module or loss term is dead."""
-        if self.audit is None or self.update > self.cfg.diagnostics.audit_updates:
+    def _audit(self, group, losses: dict) -> None:
+        """Live-component audit of a learner group (after its own first updates): stop the run if an enabled
+        module or loss term is dead."""
+        L = group.learner
+        if L.audit is None or L.updates_done > self.cfg.diagnostics.audit_updates:
             return
-        self.audit.observe(losses)
-        if self.update < self.cfg.diagnostics.audit_updates:
+        L.audit.observe(losses)
+        if L.updates_done < self.cfg.diagnostics.audit_updates:
             return
-        result = self.audit.check(self.update)
-        self.summary_extra["audit"] = result
+        result = L.audit.check(L.updates_done)
+        if self.multi:
+            self.summary_extra.setdefault("group_audit", {})[group.name] = result
+        else:
+            self.summary_extra["audit"] = result
         if not result["passed"]:
-            message = f"live-component audit after {self.update} updates: dead: {', '.join(result['dead'])}"
+            dead = [f"{group.name}/{d}" for d in result["dead"]] if self.multi else result["dead"]
+            message = f"live-component audit after {L.updates_done} updates: dead: {', '.join(dead)}"
             self.write_summary(self.wall_before + time.perf_counter() - self.segment_start, None,
                                status=f"failed: {message}")
             raise DeadComponentError(f"{message} (details in {self.run_dir / 'summary.json'})")
@@ -577,6 +654,9 @@ class Experiment:
         return stats
 
     def evaluate(self, episodes: int | None = None, deterministic: bool = True) -> dict:
+        if self.multi:
+            return evaluate_groups(self.cfg, self.groups, episodes or self.cfg.eval_episodes, deterministic,
+                                   self.device)
         return evaluate_policy(self.cfg, self.actor, episodes or self.cfg.eval_episodes, deterministic, self.device)
 
     def _progress(self, row: dict, start: float, steps0: int) -> None:
@@ -610,7 +690,14 @@ class Experiment:
         }
         if eval_stats:
             summary.update({f"eval_{k}": v for k, v in eval_stats.items() if k not in
-                            ("return_mean", "return_std", "episodes", "returns")})
+                            ("return_mean", "return_std", "episodes", "returns", "group_returns")})
+        if self.multi:
+            summary["groups"] = {g.name: {
+                "kind": g.kind, "slots": g.slots, "phase": g.phases[g.phase].describe(),
+                "episode_return_recent": float(np.mean(self.group_recent[g.name])) if self.group_recent[g.name]
+                else None,
+                "eval_return_mean": eval_stats["group_returns"][g.name] if eval_stats else None}
+                for g in self.groups}
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
@@ -634,13 +721,17 @@ class Experiment:
             # until the audit has run: its parameter snapshot and the loss terms seen so far
             "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
             else None,
+            **({"groups": {g.name: g.state_dict(with_audit=g.learner is not None and
+                                                   g.learner.updates_done < self.cfg.diagnostics.audit_updates)
+                           for g in self.groups},
+                "group_recent": {k: list(v) for k, v in self.group_recent.items()}} if self.multi else {}),
         }
 
     def save_checkpoint(self) -> Path:
         """Write atomically (temp file + rename) with its size + CRC-32 sidecar; older ones go only after the
         new one is complete. Weights with a NaN / inf are never written (so never rotate a good one away)."""
-        bad = first_nonfinite({"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-                               "algo": self.algo.state_dict()})
+        bad = first_nonfinite({f"{g.name}/{part}" if self.multi else part: getattr(g.learner, part).state_dict()
+                               for g in self.groups if g.learner is not None for part in ("actor", "critic", "algo")})
         if bad:
             raise NonFiniteError(f"non-finite {bad} before the checkpoint of update {self.update} "
                                  f"(env step {self.env_steps:,}) on env {self.cfg.env!r}")
@@ -698,6 +789,7 @@ class Experiment:
         self.resume_rows = sd["logger_rows"]
         self.recent_returns.extend(sd["recent_returns"])
         self.diagnostics.load_state_dict(sd["diagnostics"])
+        self.primary.updates_done = sd["update"]  # a run without groups: its learner learnt at every update
         self.summary_extra = sd["summary_extra"]
         rng = sd["rng"]
         torch.set_rng_state(rng["torch"].cpu())
@@ -708,11 +800,17 @@ class Experiment:
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
         if sd.get("audit") is not None and self.audit is not None:
             self.audit.load_state_dict(sd["audit"])
+        if self.multi:
+            for g in self.groups:
+                g.load_state_dict(sd["groups"][g.name], with_episode_state=sd["env_state"] is not None)
+            for name, returns in sd["group_recent"].items():
+                self.group_recent[name].extend(returns)
         if sd["env_state"] is not None:
             self.env.set_state(sd["env_state"])
             self.last = sd["last_step"].to(self.device)
-            self.actor_h, self.critic_h, self.reset_mask = sd["actor_h"], sd["critic_h"], sd["reset_mask"]
-            self.prev_obs = sd["prev_obs"]
+            p = self.primary
+            p.actor_h, p.critic_h, p.reset_mask = sd["actor_h"], sd["critic_h"], sd["reset_mask"]
+            p.prev_obs = sd["prev_obs"]
         else:
             # third-party envs cannot save their state: start fresh episodes from the saved RNG state
             try:
@@ -721,13 +819,8 @@ class Experiment:
                 raise
             except Exception as e:  # noqa: BLE001 - the env's own failure
                 raise self._env_failure(e, "in reset() on resume") from e
-            self.prev_obs = torch.zeros_like(self.last.obs)
-            E, N = self.cfg.num_envs, self.spec.num_agents
-            self.reset_mask = torch.ones(E, N, dtype=torch.bool, device=self.device)
-            self.actor_h = torch.zeros(E, N, self.actor.hidden_size, device=self.device) if self.actor.hidden_size \
-                else None
-            self.critic_h = torch.zeros(E, N, self.critic.hidden_size, device=self.device) \
-                if self.critic.hidden_size else None
+            for g in self.groups:
+                g.start(self.last)
 
 
 def _check_not_under_a_file(run_dir: Path) -> None:

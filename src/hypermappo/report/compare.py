@@ -24,7 +24,7 @@ import difflib
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,8 @@ class Run:
     config: dict  # flattened: dotted key -> value
     columns: list[str]
     metrics: dict[str, np.ndarray]  # column -> [updates] float, NaN where empty
+    # policy-group switches: (env step at which the switching rollout started, what switched), from `switch`
+    switches: list = field(default_factory=list)
 
     def series(self, column: str) -> tuple[np.ndarray, np.ndarray]:
         """(env_steps, values) of the updates where `column` has a value."""
@@ -89,7 +91,11 @@ def load_run(path: Path) -> Run:
         columns = next(reader, [])
         rows = [r for r in reader if len(r) == len(columns)]
     metrics = {c: np.array([_float(r[i]) for r in rows]) for i, c in enumerate(columns)}
-    return Run(path, flatten(config), columns, metrics)
+    switches = []
+    if "switch" in columns and "env_steps" in columns:
+        col, steps = columns.index("switch"), metrics["env_steps"]
+        switches = [(float(steps[i - 1]) if i else 0.0, r[col]) for i, r in enumerate(rows) if r[col].strip()]
+    return Run(path, flatten(config), columns, metrics, switches)
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -176,6 +182,10 @@ def _plot_panel(ax, groups: dict[str, list[Run]], column: str, grid: np.ndarray)
         line, = ax.plot(grid, mean, marker="o" if few else None, label=_legend_label(label, n))
         if n >= stats.MIN_RUNS_FOR_CI:  # one seed has no interval
             ax.fill_between(grid, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    for x, what in sorted({sw for runs in groups.values() for r in runs for sw in r.switches}):
+        ax.axvline(x, color="grey", linestyle="--", linewidth=1)  # a policy group switched here
+        ax.annotate(what, (x, 1), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
+                    fontsize="x-small", color="grey")
     ax.set_xlabel("env steps")
     ax.set_ylabel(column)
     ax.grid(alpha=0.3)
@@ -277,6 +287,9 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
     if all(r.series("eval_return_mean")[1].size >= 1 for r in runs):
         panels.append("eval_return_mean")
         titles.append("evaluation return")
+    if metric not in panels:  # e.g. a policy group's return, `<group>/episode_return_mean`
+        panels.append(metric)
+        titles.append(metric)
     _figure(groups, panels, titles, out / "curves.png", env)
     written = [out / "curves.png", out / "final.md", out / "final.csv"]
     if diagnostics:
