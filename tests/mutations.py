@@ -229,6 +229,10 @@ MUTATIONS += [
     M("group_generator_not_restored", "src/hypermappo/policies/groups.py",
       '        self.generator.set_state(sd["generator"].cpu())\n', "",
       ("tests/test_groups.py::test_resume_across_a_switch_equals_the_uninterrupted_run",), "scripted RNG lost on resume"),
+    M("group_eval_not_loaded", "src/hypermappo/evaluate_cli.py",
+      '        g.load_state_dict(sd["groups"][g.name], with_episode_state=False)\n', "",
+      ("tests/test_groups.py::test_eval_of_a_run_with_groups_plays_every_group_as_training_evaluated_it",),
+      "eval of a group run plays untrained learners"),
     M("dead_agents_get_no_team_reward", DEATH, "    return torch.where(acted, reward, dead_reward), ",
       "    return reward, ", (REF,), "defect 10: episode mode drops team reward after death"),
 ]

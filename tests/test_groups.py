@@ -189,11 +189,21 @@ def test_scripted_and_frozen_groups_have_no_optimiser_and_never_change(tmp_path)
         _experiment(tmp_path, "frozen_b", frozen_a.replace("group: a", "group: b"))
 
 
-def test_eval_of_a_run_with_groups_is_a_one_line_error(tmp_path, capsys):
+def test_eval_of_a_run_with_groups_plays_every_group_as_training_evaluated_it(tmp_path, capsys):
+    """`hypermappo eval` of a finished run with groups gives the final evaluation of training back (same seed and
+    episode count: every group in its final phase, the learner's weights from the last checkpoint)."""
     from hypermappo.cli import main
 
-    _experiment(tmp_path, "run", TWO.replace("policy: random", "policy: fixed, params: {action: 1}")).run()
-    assert main(["eval", str(tmp_path / "run")]) == 2
+    groups = "groups=[{name: a, agents: [0]}, {name: b, agents: [1], kind: scripted, policy: staghunt_stag}]"
+    _experiment(tmp_path, "run", groups).run()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "4", "--quiet"]) == 0  # TINY: eval_episodes=4
+    out = json.loads(capsys.readouterr().out)
+    assert out["return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
+    for name in ("a", "b"):
+        assert out["group_returns"][name] == pytest.approx(summary["groups"][name]["eval_return_mean"], rel=1e-6)
+    assert main(["eval", str(tmp_path / "run"), "--render", str(tmp_path / "x.gif")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "policy groups" in err[0]
 

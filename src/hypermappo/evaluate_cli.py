@@ -33,9 +33,9 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
     else:
         raise UserError(f"{command}: {str(target)!r} is neither a run directory nor a checkpoint file")
     cfg = config_mod.from_run_dir(run_dir)
-    if cfg.groups:
-        raise UserError(f"eval: {str(run_dir)!r} is a run with policy groups, which `hypermappo eval` does not play "
-                        f"yet; its evaluations (per group) are in metrics.csv and summary.json")
+    if cfg.groups and command != "eval":
+        raise UserError(f"{command}: {str(run_dir)!r} is a run with policy groups; {command} plays runs without "
+                        f"groups (evaluate it with `hypermappo eval`)")
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
     actor = build_actor(cfg.actor, spec, cfg)
@@ -69,6 +69,37 @@ def _load_weights(actor, ckpt: Path, cfg, command: str, read_checkpoint) -> None
     except Exception as e:  # noqa: BLE001 - a checkpoint of another config
         reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
         raise UserError(f"{command}: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
+
+
+def _has_config(target: Path) -> bool:
+    return ((target if target.is_dir() else target.parent.parent) / "config.yaml").exists()
+
+
+def _eval_groups(target: Path, cfg, episodes: int, deterministic: bool, render: str | None, seed: int | None) -> dict:
+    """A run with policy groups: every group plays the phase its checkpoint was in (learners' and frozen actors'
+    modes, scripted rules); returns the all-agents return and each group's (`policies/groups.evaluate_groups`)."""
+    from hypermappo.experiment import latest_checkpoint, read_checkpoint
+    from hypermappo.policies.groups import build_groups, evaluate_groups
+
+    if render:
+        raise UserError("eval --render: runs with policy groups cannot be rendered yet; evaluate without --render")
+    ckpt = latest_checkpoint(target) if target.is_dir() else target
+    if seed is not None:
+        cfg = dataclasses.replace(cfg, seed=seed)
+    cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
+    device = torch.device(cfg.device)
+    try:
+        sd = read_checkpoint(ckpt, cfg.device)
+    except ValueError as e:
+        raise UserError(f"eval: {ckpt} is unusable ({e})") from None
+    env = make_env(cfg.env, 1, device, **cfg.env_kwargs)
+    groups = build_groups(cfg, env, device)
+    for g in groups:
+        g.load_state_dict(sd["groups"][g.name], with_episode_state=False)
+    result = evaluate_groups(cfg, groups, episodes, deterministic, device)
+    env.close()
+    result.pop("returns", None)
+    return {"checkpoint": str(ckpt), "env": cfg.env, "deterministic": deterministic, **result}
 
 
 class EvalProgress:
@@ -114,6 +145,10 @@ def run_eval(target: Path, episodes: int, deterministic: bool, render: str | Non
         raise UserError(f"--seed must be >= 0, got {seed}")
     if render and Path(render).suffix.lower() not in (".gif", ".mp4"):
         raise UserError(f"--render {render!r}: expected a .gif or .mp4 file name")
+    cfg = config_mod.from_run_dir(target if target.is_dir() else target.parent.parent) \
+        if (target.is_dir() or target.is_file()) and _has_config(target) else None
+    if cfg is not None and cfg.groups:
+        return _eval_groups(target, cfg, episodes, deterministic, render, seed)
     cfg, actor, ckpt = load_actor(target)
     if seed is not None:
         cfg = dataclasses.replace(cfg, seed=seed)
