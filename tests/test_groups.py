@@ -344,3 +344,19 @@ def test_a_groups_return_is_the_mean_over_its_agents(tmp_path):
             assert float(r["episode_return_mean"]) == pytest.approx((a + b) / 2, rel=1e-5)
             checked += 1
     assert checked >= 2
+
+
+def test_a_sweep_over_group_settings_trains_each_variant(tmp_path):
+    """A grid over two `groups` values (the partner's scripted rule): both runs finish with per-group columns."""
+    from hypermappo.cli import main
+
+    variants = ("groups=[{name: a, agents: [0]}, {name: b, agents: [1], kind: scripted, policy: staghunt_stag}],"
+                "[{name: a, agents: [0]}, {name: b, agents: [1], kind: scripted, policy: staghunt_hare}]")
+    out = tmp_path / "sweep"
+    assert main(["sweep", "staghunt/default", variants, "total_env_steps=80", "num_envs=4", "rollout_length=10",
+                 "eval_episodes=2", "log.tensorboard=false", "--workers", "1", "--out", str(out)]) == 0
+    runs = sorted(d for d in out.iterdir() if (d / "summary.json").exists())
+    assert len(runs) == 2
+    policies = sorted(json.loads((d / "summary.json").read_text())["groups"]["b"]["phase"] for d in runs)
+    assert any("staghunt_hare" in p for p in policies) and any("staghunt_stag" in p for p in policies)
+    assert all("b/episode_return_mean" in rows(d / "metrics.csv")[0] for d in runs)
