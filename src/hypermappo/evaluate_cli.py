@@ -81,8 +81,6 @@ def _eval_groups(target: Path, cfg, episodes: int, deterministic: bool, render: 
     from hypermappo.experiment import latest_checkpoint, read_checkpoint
     from hypermappo.policies.groups import build_groups, evaluate_groups
 
-    if render:
-        raise UserError("eval --render: runs with policy groups cannot be rendered yet; evaluate without --render")
     ckpt = latest_checkpoint(target) if target.is_dir() else target
     if seed is not None:
         cfg = dataclasses.replace(cfg, seed=seed)
@@ -96,10 +94,18 @@ def _eval_groups(target: Path, cfg, episodes: int, deterministic: bool, render: 
     groups = build_groups(cfg, env, device)
     for g in groups:
         g.load_state_dict(sd["groups"][g.name], with_episode_state=False)
-    result = evaluate_groups(cfg, groups, episodes, deterministic, device)
+    try:
+        result = evaluate_groups(cfg, groups, episodes, deterministic, device, render_env=0 if render else None)
+    except NotImplementedError as e:
+        raise UserError(f"eval --render: env {cfg.env!r} cannot render ({e})") from None
     env.close()
     result.pop("returns", None)
-    return {"checkpoint": str(ckpt), "env": cfg.env, "deterministic": deterministic, **result}
+    out = {"checkpoint": str(ckpt), "env": cfg.env, "deterministic": deterministic, **result}
+    if render:
+        frames = out.pop("frames")
+        write_video(frames, Path(render))
+        out["render"], out["frames"] = render, len(frames)
+    return out
 
 
 class EvalProgress:

@@ -444,7 +444,7 @@ def build_groups(cfg, env, device) -> list[PolicyGroup]:
 
 @torch.no_grad()
 def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic: bool = True, device=None,
-                    max_steps: int = 100_000) -> dict:
+                    max_steps: int = 100_000, render_env: int | None = None) -> dict:
     """`evaluation.evaluate_policy` for a run with groups: each group plays its current phase (actors' modes when
     `deterministic`; scripted groups with a generator of their own, so training's random draws are untouched);
     adds each group's mean return (sum over the episode of the mean over its agents) under `group_returns`."""
@@ -452,9 +452,13 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     from hypermappo.evaluation import EVAL_SEED_OFFSET
 
     device = device or torch.device(cfg.device)
-    env = make_env(cfg.env, episodes, device, **cfg.env_kwargs)
+    kwargs = dict(cfg.env_kwargs)
+    if render_env is not None and cfg.env.split(":")[0] in ("mpe2", "pettingzoo"):
+        kwargs.setdefault("render_mode", "rgb_array")
+    env = make_env(cfg.env, episodes, device, **kwargs)
     s = env.reset(seed=cfg.seed + EVAL_SEED_OFFSET)
     E, N = episodes, env.spec.num_agents
+    frames = []  # env `render_env`'s episode, with render_env
     actors = [g.learner.actor if g.learning else g.frozen.get(g.phase) for g in groups]
     modes = [a.training if a is not None else False for a in actors]
     for a in actors:
@@ -471,6 +475,8 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     extras: dict[str, torch.Tensor] = {}
     steps = 0
     while not finished.all() and steps < max_steps:
+        if render_env is not None and not finished[render_env]:
+            frames.append(env.render(render_env))
         actions = None
         for i, (g, actor) in enumerate(zip(groups, actors)):
             if actor is not None:
@@ -500,4 +506,4 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     return {"return_mean": float(returns.mean()), "return_std": float(returns.std()) if E > 1 else 0.0,
             "episodes": E, "returns": returns.cpu().tolist(),
             "group_returns": {g.name: float(group_returns[i].mean()) for i, g in enumerate(groups)},
-            **{k: float(v.mean()) for k, v in extras.items()}}
+            **{k: float(v.mean()) for k, v in extras.items()}, **({"frames": frames} if render_env is not None else {})}
