@@ -87,3 +87,7 @@ def fixed_action(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     a = torch.full((step.obs.shape[0], ctx.slots.numel()), int(ctx.params["action"]), dtype=torch.long,
                    device=step.obs.device)
     return torch.where(step.active[:, ctx.slots], a, torch.zeros_like(a))
+
+
+# env-specific rules (stag hunt, simple_spread, matrix games) register themselves on import
+from hypermappo.policies import scripted_rules  # noqa: E402, F401

@@ -1,0 +1,146 @@
+"""Env-specific scripted policies: rule-based partners for the stag hunt, MPE simple_spread and matrix games.
+
+Each rule reads the batched env's own state tensors (positions, prey alive, ...) and returns actions `[E, K]`
+for its slots with a fixed number of tensor ops: no loop over envs or agents. Dead slots take the no-op 0.
+Registered on import; `hypermappo.policies.scripted` imports this module, so `get_scripted("staghunt_stag")`
+finds them without the user importing anything.
+
+    staghunt_hare            walk to the nearest hare (Manhattan distance, ties to the lower prey index)
+    staghunt_stag            walk to the nearest stag
+    staghunt_follow          walk to the nearest other hunter
+    spread_nearest_landmark  go to the nearest landmark no other agent is nearer to (greedy "nearest free
+                             landmark"); agents with none go to the nearest landmark nobody else has picked
+    matrix_mixed             a fixed mixed strategy, params {probs: [p_0, ..., p_{A-1}]}, sampled with ctx.generator
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from hypermappo.envs.matrix import MatrixGameVecEnv
+from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
+from hypermappo.envs.staghunt import StagHuntVecEnv
+from hypermappo.envs.vec import EnvStep
+from hypermappo.errors import UserError
+from hypermappo.policies.scripted import ScriptedContext, scripted
+
+
+def _require(env, cls, policy: str, env_name: str):
+    if not isinstance(env, cls):
+        raise UserError(f"scripted policy {policy!r} plays {env_name}; this env is {type(env).__name__}")
+    return env
+
+
+def _noop_dead(step: EnvStep, slots: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """Dead (inactive) slots take the no-op 0: [E, K]."""
+    return torch.where(step.active[:, slots], actions, torch.zeros_like(actions))
+
+
+def _masked_argmin(dist: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """dist [..., M], valid [..., M] -> (index of the smallest valid entry [...], any valid [...])."""
+    return dist.masked_fill(~valid, math.inf).argmin(-1), valid.any(-1)
+
+
+# ---------------------------------------------------------------- stag hunt
+_BIG = 1 << 20  # larger than any Manhattan distance on a grid
+
+
+def _grid_step_towards(pos: torch.Tensor, target: torch.Tensor, has_target: torch.Tensor) -> torch.Tensor:
+    """One grid move from pos [E, K, 2] towards target [E, K, 2] (row, col): along the axis with the larger
+    gap (rows first on ties). Actions: 0 stay, 1 up, 2 down, 3 left, 4 right. No target or arrived: stay."""
+    d_row, d_col = (target - pos).unbind(-1)  # [E, K] each
+    vertical = torch.where(d_row < 0, 1, 2)
+    horizontal = torch.where(d_col < 0, 3, 4)
+    move = torch.where(d_row.abs() >= d_col.abs(), vertical, horizontal)
+    arrived = (d_row == 0) & (d_col == 0)
+    return torch.where(arrived | ~has_target, 0, move).long()
+
+
+def _walk_to_nearest(env: StagHuntVecEnv, slots: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Each slot's hunter walks to its nearest valid target. targets [E, M, 2], valid [E, M] or [E, K, M]."""
+    me = env.hunters[:, slots]  # [E, K, 2]
+    dist = (me.unsqueeze(2) - targets.unsqueeze(1)).abs().sum(-1)  # [E, K, M]
+    valid = valid.unsqueeze(1).expand_as(dist) if valid.dim() == 2 else valid
+    nearest, has_target = _masked_argmin(dist.float(), valid)  # [E, K]
+    goal = targets.gather(1, nearest.unsqueeze(-1).expand(-1, -1, 2))  # [E, K, 2]
+    return _grid_step_towards(me, goal, has_target)
+
+
+def _prey_rule(step: EnvStep, ctx: ScriptedContext, name: str, stags: bool) -> torch.Tensor:
+    env = _require(ctx.env, StagHuntVecEnv, name, "the stag hunt (env 'staghunt')")
+    part = slice(0, env.n_stags) if stags else slice(env.n_stags, env.n_prey)  # prey holds stags, then hares
+    actions = _walk_to_nearest(env, ctx.slots, env.prey[:, part], env.prey_alive[:, part])
+    return _noop_dead(step, ctx.slots, actions)
+
+
+@scripted("staghunt_hare")
+def staghunt_hare(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Walk to the nearest hare (stay when none is left)."""
+    return _prey_rule(step, ctx, "staghunt_hare", stags=False)
+
+
+@scripted("staghunt_stag")
+def staghunt_stag(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Walk to the nearest stag and wait on it for a partner (stay when none is left)."""
+    return _prey_rule(step, ctx, "staghunt_stag", stags=True)
+
+
+@scripted("staghunt_follow")
+def staghunt_follow(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Walk to the nearest other hunter (stay when alone)."""
+    env = _require(ctx.env, StagHuntVecEnv, "staghunt_follow", "the stag hunt (env 'staghunt')")
+    others = torch.arange(env.n_hunters, device=env.device) != ctx.slots.unsqueeze(-1)  # [K, H]: not itself
+    valid = others.unsqueeze(0).expand(env.num_envs, -1, -1)  # [E, K, H]
+    return _noop_dead(step, ctx.slots, _walk_to_nearest(env, ctx.slots, env.hunters, valid))
+
+
+# ---------------------------------------------------------------- MPE simple_spread
+_SPREAD_VELOCITY_LEAD = 0.5  # aim at target - 0.5 * velocity: brakes before arriving instead of overshooting
+_SPREAD_DEADBAND = 0.02  # closer than this on both axes: no-op
+
+
+@scripted("spread_nearest_landmark")
+def spread_nearest_landmark(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Go to the nearest landmark that no other agent is nearer to; an agent that is nearest to none goes to the
+    nearest landmark no agent has picked. Discrete actions of mpe: 0 no-op, 1 -x, 2 +x, 3 -y, 4 +y."""
+    env = _require(ctx.env, SimpleSpreadVecEnv, "spread_nearest_landmark", "MPE simple_spread (env 'mpe:simple_spread')")
+    if env.continuous_actions:
+        raise UserError("scripted policy 'spread_nearest_landmark' needs discrete actions; this env has "
+                        "continuous_actions=True")
+    agents, landmarks = env.agent_pos, env.landmark_pos  # [E, N, 2], [E, L, 2]
+    dist = torch.cdist(agents, landmarks)  # [E, N, L]
+    free = dist <= dist.amin(1, keepdim=True)  # [E, N, L]: no other agent is nearer to landmark l
+    first, has_free = _masked_argmin(dist, free)  # [E, N]
+    picked = (torch.nn.functional.one_hot(first, landmarks.shape[1]).bool() & has_free.unsqueeze(-1)).any(1)  # [E, L]
+    fallback, _ = _masked_argmin(dist, ~picked.unsqueeze(1).expand_as(dist))  # [E, N] (some landmark is never picked)
+    choice = torch.where(has_free, first, fallback)[:, ctx.slots]  # [E, K]
+    goal = landmarks.gather(1, choice.unsqueeze(-1).expand(-1, -1, 2))  # [E, K, 2]
+    aim = goal - agents[:, ctx.slots] - _SPREAD_VELOCITY_LEAD * env.agent_vel[:, ctx.slots]  # [E, K, 2]
+    x, y = aim.unbind(-1)
+    move = torch.where(x.abs() > y.abs(), torch.where(x > 0, 2, 1), torch.where(y > 0, 4, 3))
+    actions = torch.where(aim.abs().amax(-1) < _SPREAD_DEADBAND, 0, move).long()
+    return _noop_dead(step, ctx.slots, actions)
+
+
+# ---------------------------------------------------------------- matrix games
+def _mixed_probs(params: dict, n_actions: int) -> torch.Tensor:
+    probs = params.get("probs")
+    ok = isinstance(probs, (list, tuple)) and len(probs) == n_actions and all(
+        isinstance(p, numbers.Real) and not isinstance(p, bool) and math.isfinite(p) and p >= 0 for p in probs)
+    if not ok or abs(sum(probs) - 1.0) > 1e-6:
+        raise UserError(f"scripted policy 'matrix_mixed': params probs={probs!r} is invalid; expected {n_actions} "
+                        f"non-negative numbers summing to 1")
+    return torch.tensor([float(p) for p in probs])
+
+
+@scripted("matrix_mixed")
+def matrix_mixed(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Every step each slot draws its action from the fixed distribution params {probs: [...]}."""
+    env = _require(ctx.env, MatrixGameVecEnv, "matrix_mixed", "matrix games (env 'matrix:<game>')")
+    probs = _mixed_probs(ctx.params, env.a)
+    E, K = step.obs.shape[0], ctx.slots.numel()
+    draws = torch.multinomial(probs.expand(E * K, -1), 1, replacement=True, generator=ctx.generator)  # [E*K, 1]
+    return _noop_dead(step, ctx.slots, draws.view(E, K).to(step.obs.device))
