@@ -20,12 +20,15 @@ Measures, from the training rows of metrics.csv (one row per update of 256 envs 
 rollout; stags are `stag_captures`, stags caught per episode):
   before      mean over the last WINDOW updates before the switch (the row whose `switch` column is set is
               the first rollout with the hare-hunting partner)
+  after       mean over the first SMOOTH updates after the switch (the drop)
   end         mean over the last WINDOW updates of training
   recovery    s_k = trailing moving average (over the last SMOOTH updates, within the post-switch rows only,
               so fewer for k < SMOOTH) of the learner's return at the k-th update after the switch (k = 1 is
               the switch rollout);
               recovery = the first k with s_k >= 0.9 * max_k s_k (updates after the switch until the
-              smoothed return reaches 90% of its best post-switch level)
+              smoothed return reaches 90% of its best post-switch level). Recovery = 1 means the return right
+              after the switch was already within 10% of the best it reached later (little or no improvement
+              after the drop), so read it together with `after` and `end`.
 Per method: mean ± std over seeds and a 95% percentile-bootstrap CI of the mean over seeds
 (hypermappo.report.stats.bootstrap_ci; with 3 seeds the interval is rough).
 
@@ -103,14 +106,16 @@ def measure(run: dict) -> dict:
     before = slice(max(0, s - WINDOW), s)
     return {"return_before": float(ret[before].mean()), "stags_before": float(stags[before].mean()),
             "return_end": float(ret[-WINDOW:].mean()), "stags_end": float(stags[-WINDOW:].mean()),
-            "recovery_updates": recovery, "best_post_smoothed": float(smooth.max())}
+            "return_after_switch": float(post[:SMOOTH].mean()), "best_post_smoothed": float(smooth.max()),
+            "recovery_updates": recovery}
 
 
 def report(args, seeds: list[int]) -> None:
     from hypermappo.report.stats import bootstrap_ci
 
     runs = {m: [read_run(Path(args.runs) / f"{m}_s{s}") for s in seeds] for m in METHODS}
-    keys = ["return_before", "stags_before", "return_end", "stags_end", "recovery_updates"]
+    keys = ["return_before", "stags_before", "return_after_switch", "return_end", "stags_end", "best_post_smoothed",
+            "recovery_updates"]
     table = {}
     for m, rs in runs.items():
         per_seed = [measure(r) for r in rs]
@@ -128,7 +133,8 @@ def report(args, seeds: list[int]) -> None:
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "table": table}, indent=2))
 
     names = {"return_before": "learner return, before switch", "stags_before": "stags / episode, before",
-             "return_end": "learner return, end", "stags_end": "stags / episode, end",
+             "return_after_switch": f"return, first {SMOOTH} updates after", "return_end": "learner return, end",
+             "best_post_smoothed": "best smoothed post-switch return", "stags_end": "stags / episode, end",
              "recovery_updates": "recovery (updates)"}
     lines = ["| method | " + " | ".join(names[k] for k in keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for m in METHODS:
@@ -141,7 +147,9 @@ def report(args, seeds: list[int]) -> None:
               f"switches stag -> hare at {args.switch_step:,} steps; windows of the last {WINDOW} updates before the "
               f"switch and of training; recovery = first post-switch update whose {SMOOTH}-update trailing mean of "
               f"the learner's return reaches {RECOVERY_FRACTION:.0%} of its best post-switch value. Training "
-              "returns (stochastic actions), per-seed values in switch_partner.json."]
+              "returns (stochastic actions), per-seed values in switch_partner.json. Recovery per seed: "
+              + "; ".join(f"{m} {[int(v) for v in table[m]['recovery_updates']['per_seed']]}" for m in METHODS)
+              + " (1 = already within 10% of the post-switch best at the first update after the switch)."]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(runs, args, out.with_suffix(".png"))
