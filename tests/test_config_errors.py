@@ -188,3 +188,30 @@ def test_other_user_errors_exit_2_with_one_line(argv, tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error: " in err and "Traceback" not in err, err
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_training_into_a_finished_run_leaves_it_exactly_as_it_was(tmp_path, monkeypatch, capsys):
+    """Refused because the directory holds a run: no file is added, rewritten or touched (not even its lock file)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "matrix/climbing", *TINY, "run_dir=done", "--quiet"]) == 0
+
+    def snapshot():
+        return sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (tmp_path / "done").rglob("*"))
+
+    for copied_without_lock in (False, True):
+        if copied_without_lock:  # a run copied from elsewhere, or made before locks existed
+            (tmp_path / "done" / ".lock").unlink()
+        before = snapshot()
+        capsys.readouterr()
+        assert main(["train", "matrix/climbing", *TINY, "run_dir=done", "--quiet"]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        assert snapshot() == before
+
+
+def test_compare_with_an_unknown_metric_prints_only_the_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "matrix/climbing", *TINY, "run_dir=done", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["compare", "done", "--metric", "nope", "--out", "report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0]

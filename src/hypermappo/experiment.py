@@ -53,6 +53,7 @@ from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
 from hypermappo.policies.groups import build_groups, evaluate_groups
 from hypermappo.run_lock import LOCK_FILE, RunDirLock
+from hypermappo.run_lock import holder as run_holder
 
 CHECKPOINTS_KEPT = 2
 # what `_load_checkpoint` reads: a checkpoint without one of these is not one of ours
@@ -293,9 +294,15 @@ class Experiment:
 
     def _claim_run_dir(self) -> None:
         d = self.run_dir
+        if d.is_dir() and any(p.name != LOCK_FILE for p in d.iterdir()):  # refused without touching anything
+            pid = run_holder(d)
+            if pid is not None:  # a run in progress there is named as such
+                raise UserError(f"run_dir {d} is being trained by another process (pid {pid})")
+            raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
+                            f"`hypermappo resume {d}` to continue it")
         d.mkdir(parents=True, exist_ok=True)
-        self.run_lock = RunDirLock(d)  # first: a run in progress there is named as such
-        if any(p.name != LOCK_FILE for p in d.iterdir()):
+        self.run_lock = RunDirLock(d)
+        if any(p.name != LOCK_FILE for p in d.iterdir()):  # filled by another process since the check above
             self.run_lock.release()
             raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
                             f"`hypermappo resume {d}` to continue it")

@@ -253,15 +253,15 @@ def compare(paths: list[Path], out: Path, group_by: list[str] | None = None, met
         groups.setdefault(label, []).append(r)
         group_values[label] = values
 
-    few = [f"{label}: n={len(members)}" for label, members in groups.items() if len(members) < stats.RELIABLE_RUNS]
-    if few:
-        print(f"compare: warning: {unreliable_note(few)}", file=sys.stderr)
-
-    if any(r.series(metric)[1].size == 0 for r in runs):
+    if any(r.series(metric)[1].size == 0 for r in runs):  # a user error first: then its line is the only one
         if metric != "eval_return_mean":
             raise UserError(f"--metric: column {metric!r} has no values in some runs' metrics.csv")
         metric = "episode_return_mean"
         print("compare: some runs never evaluated; final score = mean episode_return_mean of the last 10% of updates")
+
+    few = [f"{label}: n={len(members)}" for label, members in groups.items() if len(members) < stats.RELIABLE_RUNS]
+    if few:
+        print(f"compare: warning: {unreliable_note(few)}", file=sys.stderr)
     diagnostics = diagnostic_columns(runs)
 
     table = []
