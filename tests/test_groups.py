@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_resume import TIMING_COLUMNS, assert_same
 
 from hypermappo import config as config_mod
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
 
 REFERENCE = Path(__file__).parent / "data" / "no_groups_reference"
-TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s"}  # wall-clock, never reproducible
 
 
 def _reference_module():
@@ -232,21 +232,6 @@ def test_a_switch_takes_effect_at_the_first_rollout_after_its_step(tmp_path, at_
     assert summary["groups"]["b"]["kind"] == "learner" and "b/eval_return_mean" in rows_[-1]
 
 
-def _assert_same(got, want, where: str) -> None:
-    if isinstance(want, torch.Tensor):
-        assert isinstance(got, torch.Tensor) and torch.equal(got, want), where
-    elif isinstance(want, dict):
-        assert set(got) == set(want), where
-        for k in want:
-            _assert_same(got[k], want[k], f"{where}.{k}")
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want)):
-            _assert_same(g, w, f"{where}[{i}]")
-    else:
-        assert got == want or (got != got and want != want), where
-
-
 def test_resume_across_a_switch_equals_the_uninterrupted_run(tmp_path):
     """Checkpoint at update 2; b plays scripted random in update 3 (its generator must resume) and switches to a
     learner at the rollout of update 4."""
@@ -268,7 +253,7 @@ def test_resume_across_a_switch_equals_the_uninterrupted_run(tmp_path):
     assert got == want
     final_got = torch.load(resumed / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
     final_want = torch.load(full / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
-    _assert_same(final_got["groups"], final_want["groups"], "groups")
+    assert_same(final_got["groups"], final_want["groups"], "groups")
 
 
 def test_compare_plots_a_groups_return_and_marks_the_switch(tmp_path):

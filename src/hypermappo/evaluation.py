@@ -16,24 +16,19 @@ EVAL_SEED_OFFSET = 1_000_003
 
 
 @torch.no_grad()
-def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, device=None, render_env: int | None = None,
-                    max_steps: int = 100_000, progress: Callable[[int, int], None] | None = None) -> dict:
-    """Run `episodes` episodes (one per env) with the actor; returns mean/std return and env extras.
-
-    With `render_env=i`, also returns the RGB frames of env i's episode under "frames".
-    `progress(episodes_done, steps)` is called after every env step (for a progress line).
-    """
+def play_episodes(cfg, episodes: int, act: Callable, device=None, render_env: int | None = None,
+                  max_steps: int = 100_000, progress: Callable[[int, int], None] | None = None,
+                  after_step: Callable | None = None) -> dict:
+    """One episode per env on `episodes` fresh evaluation envs; `act(env, step) -> actions` chooses every slot's
+    action (it keeps any recurrent state itself), `after_step(step, finished)` sees each step before envs that
+    just ended are marked finished. Returns mean/std return, lengths and env extras (and env `render_env`'s
+    frames under "frames"); `progress(episodes_done, steps)` is called after every env step."""
     device = device or torch.device(cfg.device)
     kwargs = dict(cfg.env_kwargs)
     if render_env is not None and cfg.env.split(":")[0] in ("mpe2", "pettingzoo"):
         kwargs.setdefault("render_mode", "rgb_array")
     env = make_env(cfg.env, episodes, device, **kwargs)
-    was_training = actor.training
-    actor.eval()
     s = env.reset(seed=cfg.seed + EVAL_SEED_OFFSET)
-    n = env.spec.num_agents
-    hidden = torch.zeros(episodes, n, actor.hidden_size, device=device) if actor.hidden_size else None
-    reset = torch.ones(episodes, n, dtype=torch.bool, device=device)
     finished = torch.zeros(episodes, dtype=torch.bool, device=device)
     returns = torch.zeros(episodes, device=device)
     lengths = torch.zeros(episodes, dtype=torch.long, device=device)
@@ -43,10 +38,10 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
     while not finished.all() and steps < max_steps:
         if render_env is not None and not finished[render_env]:
             frames.append(env.render(render_env))
-        out = actor(s.obs, s.available_actions, hidden, reset, active=s.active)
-        actions = out.dist.mode() if deterministic else out.dist.sample()
-        s = env.step(actions)
+        s = env.step(act(env, s))
         steps += 1
+        if after_step is not None:
+            after_step(s, finished)
         newly = s.episode_done & ~finished
         if newly.any():
             returns = torch.where(newly, s.episode_return, returns)
@@ -54,11 +49,9 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
             for k, v in s.extras.items():
                 extras[k] = torch.where(newly, v.float(), extras.get(k, torch.zeros_like(v, dtype=torch.float32)))
             finished |= newly
-        hidden, reset = out.hidden, s.done
         if progress is not None:
             progress(int(finished.sum()), steps)
     env.close()
-    actor.train(was_training)
     result = {
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()) if episodes > 1 else 0.0,
@@ -70,3 +63,30 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
     if render_env is not None:
         result["frames"] = frames
     return result
+
+
+@torch.no_grad()
+def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, device=None, render_env: int | None = None,
+                    max_steps: int = 100_000, progress: Callable[[int, int], None] | None = None) -> dict:
+    """Run `episodes` episodes (one per env) with the actor acting for every slot (see `play_episodes`)."""
+    device = device or torch.device(cfg.device)
+    was_training = actor.training
+    actor.eval()
+    state = {"hidden": None, "reset": None}
+
+    def act(env, s):
+        if state["reset"] is None:  # first step: recurrent state of the shape of the envs' batch
+            n = env.spec.num_agents
+            state["hidden"] = torch.zeros(episodes, n, actor.hidden_size, device=device) if actor.hidden_size else None
+            state["reset"] = torch.ones(episodes, n, dtype=torch.bool, device=device)
+        out = actor(s.obs, s.available_actions, state["hidden"], state["reset"], active=s.active)
+        state["hidden"] = out.hidden
+        return out.dist.mode() if deterministic else out.dist.sample()
+
+    def after_step(s, finished):
+        state["reset"] = s.done
+
+    try:
+        return play_episodes(cfg, episodes, act, device, render_env, max_steps, progress, after_step)
+    finally:
+        actor.train(was_training)

@@ -341,11 +341,12 @@ class Experiment:
                     actions = g.act_fixed(s)
                 parts.append(actions)
             nxt = self._env_step(parts[0] if len(parts) == 1 else self._scatter(parts), t)
-            if bootstrap and nxt.truncated.any():
+            truncated = bootstrap and bool(nxt.truncated.any())  # one sync per step, shared by every learner
+            if truncated:
                 self._check_final_observations(nxt, t)
             for g in self.groups:
                 if g.learning:
-                    self._learner_observe(g, s, nxt, t, *pending[g.name])
+                    self._learner_observe(g, nxt, truncated, t, *pending[g.name])
                 else:
                     g.observe_fixed(nxt)
             if self.multi:
@@ -401,12 +402,13 @@ class Experiment:
         L.prev_obs = obs
         return actions, (out, critic_h, active)
 
-    def _learner_observe(self, g, s: EnvStep, nxt: EnvStep, t: int, out, critic_h, active) -> None:
-        """The group's own agents' rewards and ends of the step just taken -> its buffer."""
+    def _learner_observe(self, g, nxt: EnvStep, truncated: bool, t: int, out, critic_h, active) -> None:
+        """The group's own agents' rewards and ends of the step just taken -> its buffer (`truncated`: some env
+        hit its time limit and some learner bootstraps)."""
         L = g.learner
         reward, dones = transition_targets(L.death, g.take(nxt.reward), g.take(nxt.done), active,
                                            nxt.terminated | nxt.truncated)  # [E, K] each
-        if L.cfg.ppo.bootstrap_truncated and nxt.truncated.any():
+        if truncated and L.cfg.ppo.bootstrap_truncated:
             # time limit, not a real end: bootstrap from the value of the final observation
             final_active = g.take(nxt.final_active)
             v_final, _ = L.critic(g.take(nxt.final_obs), nxt.final_state, critic_h, None, active=final_active)

@@ -448,17 +448,10 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     """`evaluation.evaluate_policy` for a run with groups: each group plays its current phase (actors' modes when
     `deterministic`; scripted groups with a generator of their own, so training's random draws are untouched);
     adds each group's mean return (sum over the episode of the mean over its agents) under `group_returns`."""
-    from hypermappo.envs.registry import make_env
-    from hypermappo.evaluation import EVAL_SEED_OFFSET
+    from hypermappo.evaluation import EVAL_SEED_OFFSET, play_episodes
 
     device = device or torch.device(cfg.device)
-    kwargs = dict(cfg.env_kwargs)
-    if render_env is not None and cfg.env.split(":")[0] in ("mpe2", "pettingzoo"):
-        kwargs.setdefault("render_mode", "rgb_array")
-    env = make_env(cfg.env, episodes, device, **kwargs)
-    s = env.reset(seed=cfg.seed + EVAL_SEED_OFFSET)
-    E, N = episodes, env.spec.num_agents
-    frames = []  # env `render_env`'s episode, with render_env
+    E = episodes
     actors = [g.learner.actor if g.learning else g.frozen.get(g.phase) for g in groups]
     modes = [a.training if a is not None else False for a in actors]
     for a in actors:
@@ -467,16 +460,13 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     hidden = [torch.zeros(E, g.K, a.hidden_size, device=device) if a is not None and a.hidden_size else None
               for g, a in zip(groups, actors)]
     reset = [torch.ones(E, g.K, dtype=torch.bool, device=device) for g in groups]
-    contexts = [ScriptedContext(env, g.slot_tensor, torch.Generator().manual_seed(cfg.seed + EVAL_SEED_OFFSET + i),
-                                g.phases[g.phase].params) for i, g in enumerate(groups)]
-    finished = torch.zeros(E, dtype=torch.bool, device=device)
-    returns = torch.zeros(E, device=device)
+    contexts: list[ScriptedContext] = []
     group_returns = torch.zeros(len(groups), E, device=device)
-    extras: dict[str, torch.Tensor] = {}
-    steps = 0
-    while not finished.all() and steps < max_steps:
-        if render_env is not None and not finished[render_env]:
-            frames.append(env.render(render_env))
+
+    def act(env, s):
+        if not contexts:  # the evaluation env exists from the first step on
+            contexts.extend(ScriptedContext(env, g.slot_tensor, torch.Generator().manual_seed(
+                cfg.seed + EVAL_SEED_OFFSET + i), g.phases[g.phase].params) for i, g in enumerate(groups))
         actions = None
         for i, (g, actor) in enumerate(zip(groups, actors)):
             if actor is not None:
@@ -486,24 +476,21 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
             else:
                 a = g.scripted[g.phase](s, contexts[i])
             if actions is None:
-                actions = torch.empty((E, N, *a.shape[2:]), dtype=a.dtype, device=a.device)
+                actions = torch.empty((E, env.spec.num_agents, *a.shape[2:]), dtype=a.dtype, device=a.device)
             actions[:, g.index] = a.to(actions.dtype)
-        s = env.step(actions)
-        steps += 1
+        return actions
+
+    def after_step(s, finished):
         for i, g in enumerate(groups):
             group_returns[i] += torch.where(finished, 0.0, g.take(s.reward).mean(-1))
             reset[i] = g.take(s.done)
-        newly = s.episode_done & ~finished
-        if newly.any():
-            returns = torch.where(newly, s.episode_return, returns)
-            for k, v in s.extras.items():
-                extras[k] = torch.where(newly, v.float(), extras.get(k, torch.zeros_like(v, dtype=torch.float32)))
-            finished |= newly
-    env.close()
-    for a, mode in zip(actors, modes):
-        if a is not None:
-            a.train(mode)
-    return {"return_mean": float(returns.mean()), "return_std": float(returns.std()) if E > 1 else 0.0,
-            "episodes": E, "returns": returns.cpu().tolist(),
-            "group_returns": {g.name: float(group_returns[i].mean()) for i, g in enumerate(groups)},
-            **{k: float(v.mean()) for k, v in extras.items()}, **({"frames": frames} if render_env is not None else {})}
+
+    try:
+        result = play_episodes(cfg, E, act, device, render_env, max_steps, after_step=after_step)
+    finally:
+        for a, mode in zip(actors, modes):
+            if a is not None:
+                a.train(mode)
+    result.pop("length_mean")  # as before: a group run's summary has no eval length
+    result["group_returns"] = {g.name: float(group_returns[i].mean()) for i, g in enumerate(groups)}
+    return result
