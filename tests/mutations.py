@@ -237,5 +237,21 @@ MUTATIONS += [
       "    return reward, ", (REF,), "defect 10: episode mode drops team reward after death"),
 ]
 
+
+def _load_mutation_sets() -> None:
+    """Add the mutations of every tests/mutation_sets/*.py (one file per feature area, so parallel work on
+    different features never edits the same list). Each file defines `def mutations(M) -> list`, M being
+    the Mutation class (name, file, old, new, tests, why)."""
+    import importlib.util
+
+    for path in sorted((ROOT / "tests" / "mutation_sets").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"mutation_sets.{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        MUTATIONS.extend(module.mutations(Mutation))
+
+
+_load_mutation_sets()
+
 if __name__ == "__main__":
     sys.exit(main())
