@@ -271,7 +271,14 @@ class SimpleSpreadVecEnv(VecEnv):
 
 def make(name: str, num_envs: int, device: torch.device | str = "cpu", **kwargs) -> VecEnv:
     """Registry entry point: `mpe:<scenario>` -> a batched torch env (see the module docstring for kwargs)."""
+    from hypermappo.envs import mpe
+
     scenario = _ALIASES.get(name)
     if scenario is None:
-        raise UserError(f"unknown mpe scenario {name!r}; supported: {', '.join(SCENARIOS)} (e.g. mpe:simple_spread)")
+        base = name[:-3] if name[-3:-1] == "_v" and name[-1].isdigit() else name  # mpe2's `_v3` suffixes
+        other = mpe.scenario_make(base)
+        if other is not None:
+            return other(num_envs, device, **kwargs)
+        supported = sorted(SCENARIOS + mpe.scenario_modules())
+        raise UserError(f"unknown mpe scenario {name!r}; supported: {', '.join(supported)} (e.g. mpe:simple_spread)")
     return SimpleSpreadVecEnv(num_envs, device, **kwargs)
