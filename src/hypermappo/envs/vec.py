@@ -53,6 +53,10 @@ class EnvSpec:
     can_render: bool = False
     can_save_state: bool = False  # True when get_state/set_state capture the envs exactly
     team_reward: bool = False  # every alive agent gets the same (team) reward at every step
+    # discrete goals the env labels (e.g. ["hare", "stag"]); empty = none. Such an env puts
+    # `extras["goal_event"]`: [E, N] int64 in every EnvStep, the goal index an agent completed (caught,
+    # collected) in the step just taken, -1 when none: hindsight goal labels for learned co-players.
+    goal_names: list[str] = field(default_factory=list)
 
 
 @dataclass

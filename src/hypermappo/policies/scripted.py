@@ -33,6 +33,9 @@ class ScriptedContext:
     slots: torch.Tensor  # [K] int64: the agent slots this policy acts for
     generator: torch.Generator  # seeded from the run's seed: scripted randomness is reproducible
     params: dict = field(default_factory=dict)  # keyword settings from the config, e.g. {"action": 2}
+    # goal-directed rules write their current target here at every act: [E, K] int64 index into the env's
+    # `EnvSpec.goal_names` (-1 = no goal this step); co-player models train on it as the true goal label
+    goal: torch.Tensor | None = None
 
 
 ScriptedFn = Callable[[EnvStep, ScriptedContext], torch.Tensor]
