@@ -1,0 +1,121 @@
+"""Tests of the batched torch MPE suite (`mpe:simple`, `simple_adversary`, `simple_push`, `simple_tag`,
+`simple_world_comm`): equal to mpe2 step for step (obs, state, rewards), keep the VecEnv contract."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from hypermappo.envs.contract import random_actions, run_random
+from hypermappo.envs.registry import make_env
+from hypermappo.errors import UserError
+
+ATOL = 1e-4
+SCENARIOS = ["simple", "simple_adversary", "simple_push", "simple_tag", "simple_world_comm"]
+MPE2_MODULE = {"simple": "simple_v3", "simple_adversary": "simple_adversary_v3", "simple_push": "simple_push_v3",
+               "simple_tag": "simple_tag_v3", "simple_world_comm": "simple_world_comm_v3"}
+# agent names and per-agent (obs size, action count) as mpe2 1.1.1 reports them for the default kwargs
+EXPECTED = {
+    "simple": (["agent_0"], [4], [5]),
+    "simple_adversary": (["adversary_0", "agent_0", "agent_1"], [8, 10, 10], [5, 5, 5]),
+    "simple_push": (["adversary_0", "agent_0"], [8, 19], [5, 5]),
+    "simple_tag": (["adversary_0", "adversary_1", "adversary_2", "agent_0"], [16, 16, 16, 14], [5, 5, 5, 5]),
+    "simple_world_comm": (["leadadversary_0", "adversary_0", "adversary_1", "adversary_2", "agent_0", "agent_1"],
+                          [34, 34, 34, 34, 28, 28], [20, 5, 5, 5, 5, 5]),
+}
+
+
+def _mpe2_env(scenario: str, continuous: bool, **kwargs):
+    module = importlib.import_module(f"mpe2.{MPE2_MODULE[scenario]}")
+    return module.parallel_env(continuous_actions=continuous, **kwargs)
+
+
+def _world_arrays(ref_envs) -> dict:
+    """mpe2's current state as set_world arguments: [E, A, 2] / [E, L, 2] / [E, A, dim_c] (+ goal [E])."""
+    worlds = [e.unwrapped.world for e in ref_envs]
+    out = {
+        "agent_pos": np.stack([[a.state.p_pos for a in w.agents] for w in worlds]),
+        "agent_vel": np.stack([[a.state.p_vel for a in w.agents] for w in worlds]),
+        "landmark_pos": np.stack([[lm.state.p_pos for lm in w.landmarks] for w in worlds]),
+    }
+    if worlds[0].dim_c:
+        out["agent_comm"] = np.stack([[a.state.c for a in w.agents] for w in worlds])
+    if hasattr(worlds[0].agents[0], "goal_a"):
+        out["goal"] = np.array([w.landmarks.index(w.agents[0].goal_a) for w in worlds])
+    return out
+
+
+def _random_actions(rng, sizes: list[int], num_envs: int, continuous: bool) -> np.ndarray:
+    """Per-agent actions inside each agent's own space, padded to the slot width (continuous: beyond [0, 1])."""
+    if continuous:
+        a = rng.uniform(-0.3, 1.3, (num_envs, len(sizes), max(sizes))).astype(np.float32)
+        return a
+    return np.stack([rng.integers(0, n, num_envs) for n in sizes], 1)
+
+
+def _compare(scenario: str, continuous: bool, seeds: list[int], steps: int = 25, **kwargs) -> dict:
+    """Copy mpe2's start state into ours, step both with the same random actions, compare everything.
+
+    Returns counters of the events the comparison went through (so tests can require that contact,
+    capture, forest hiding ... really happened)."""
+    ref_envs = [_mpe2_env(scenario, continuous, **kwargs) for _ in seeds]
+    names = ref_envs[0].possible_agents
+    env = make_env(f"mpe:{scenario}", len(seeds), continuous_actions=continuous, **kwargs)
+    assert env.spec.agent_names == names
+    ref0 = ref_envs[0]
+    sizes = [int(ref0.action_space(n).shape[0]) if continuous else int(ref0.action_space(n).n) for n in names]
+    obs_sizes = [ref0.observation_space(n).shape[0] for n in names]
+    env.reset(seed=0)
+    rng = np.random.default_rng(123)
+    seen = {"reward_spread": 0, "speed_capped": 0, "zero_obs_entries": 0}
+
+    def padded(ref_obs):
+        out = np.zeros((len(seeds), len(names), env.spec.obs_dim), np.float32)
+        for e, o in enumerate(ref_obs):
+            for i, n in enumerate(names):
+                out[e, i, : obs_sizes[i]] = o[n]
+        return out
+
+    for episode in range(2):  # the second episode starts after our env's own auto-reset
+        ref_obs = [e.reset(seed=s + 1000 * episode)[0] for e, s in zip(ref_envs, seeds)]
+        step = env.set_world(**_world_arrays(ref_envs))
+        np.testing.assert_allclose(step.obs.numpy(), padded(ref_obs), atol=ATOL)
+        np.testing.assert_allclose(step.state.numpy(), [e.state() for e in ref_envs], atol=ATOL)
+        ref_return = np.zeros(len(seeds))
+        for t in range(steps):
+            actions = _random_actions(rng, sizes, len(seeds), continuous)
+            per_agent = [{n: (a[i, : sizes[i]] if continuous else int(a[i])) for i, n in enumerate(names)}
+                         for a in actions]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # mpe2's clip wrapper warns about out-of-range actions
+                ref = [e.step(a) for e, a in zip(ref_envs, per_agent)]
+            step = env.step(torch.as_tensor(actions))
+            ref_obs = padded([r[0] for r in ref])
+            ref_reward = np.array([[r[1][n] for n in names] for r in ref])
+            np.testing.assert_allclose(step.final_obs.numpy(), ref_obs, atol=ATOL, err_msg=f"obs at t={t}")
+            np.testing.assert_allclose(step.final_state.numpy(), [e.state() for e in ref_envs], atol=ATOL)
+            np.testing.assert_allclose(step.reward.numpy(), ref_reward, atol=ATOL, err_msg=f"reward at t={t}")
+            assert step.truncated.tolist() == [all(r[3].values()) for r in ref]
+            assert not step.terminated.any()
+            seen["reward_spread"] += int((np.ptp(ref_reward, axis=1) > 1e-6).sum())
+            seen["zero_obs_entries"] += int((ref_obs == 0).sum())
+            for w in (e.unwrapped.world for e in ref_envs):
+                seen["speed_capped"] += sum(a.max_speed is not None and
+                                            abs(np.linalg.norm(a.state.p_vel) - a.max_speed) < 1e-9 for a in w.agents)
+            ref_return += ref_reward.mean(-1)
+        assert step.truncated.all() and (step.episode_length == steps).all()
+        np.testing.assert_allclose(step.episode_return.numpy(), ref_return, atol=1e-3)
+    return seen
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("continuous", [False, True])
+def test_matches_mpe2_step_for_step(scenario, continuous):
+    """Same start (copied from mpe2) + same actions -> same obs, state, rewards, truncation, returns."""
+    seen = _compare(scenario, continuous, seeds=[0, 1, 2, 3])
+    if scenario != "simple":
+        assert seen["reward_spread"] > 0, "agents' rewards never differed"
