@@ -49,6 +49,30 @@ def _world_arrays(ref_envs) -> dict:
     return out
 
 
+def _touch(a, b) -> bool:
+    return float(np.linalg.norm(a.state.p_pos - b.state.p_pos)) < a.size + b.size
+
+
+def _events(world) -> dict:
+    """What happened in one mpe2 world after a step: the comparison must go through each of these."""
+    agents, lms = world.agents, world.landmarks
+    colliders = [e for e in agents + lms if e.collide]
+    adversaries = [a for a in agents if getattr(a, "adversary", False)]
+    good = [a for a in agents if not getattr(a, "adversary", False)]
+    forests = getattr(world, "forests", [])
+    return {
+        "contact": sum(_touch(a, b) for i, a in enumerate(colliders) for b in colliders[i + 1:]),
+        "obstacle_contact": sum(_touch(a, lm) for a in agents for lm in lms if a.collide and lm.collide),
+        "capture": sum(_touch(a, g) for a in adversaries for g in good if a.collide),
+        "speed_capped": sum(a.max_speed is not None and abs(np.linalg.norm(a.state.p_vel) - a.max_speed) < 1e-9
+                            for a in agents),
+        "out_of_bounds": sum(bool((np.abs(a.state.p_pos) > 0.9).any()) for a in good),
+        "in_forest": sum(_touch(a, f) for a in agents for f in forests),
+        "food": sum(_touch(a, f) for a in good for f in getattr(world, "food", [])),
+        "speaks": sum(bool(np.any(a.state.c)) for a in agents if not a.silent),
+    }
+
+
 def _random_actions(rng, sizes: list[int], num_envs: int, continuous: bool) -> np.ndarray:
     """Per-agent actions inside each agent's own space, padded to the slot width (continuous: beyond [0, 1])."""
     if continuous:
@@ -71,7 +95,7 @@ def _compare(scenario: str, continuous: bool, seeds: list[int], steps: int = 25,
     obs_sizes = [ref0.observation_space(n).shape[0] for n in names]
     env.reset(seed=0)
     rng = np.random.default_rng(123)
-    seen = {"reward_spread": 0, "speed_capped": 0, "zero_obs_entries": 0}
+    seen = {"reward_spread": 0}
 
     def padded(ref_obs):
         out = np.zeros((len(seeds), len(names), env.spec.obs_dim), np.float32)
@@ -102,20 +126,43 @@ def _compare(scenario: str, continuous: bool, seeds: list[int], steps: int = 25,
             assert step.truncated.tolist() == [all(r[3].values()) for r in ref]
             assert not step.terminated.any()
             seen["reward_spread"] += int((np.ptp(ref_reward, axis=1) > 1e-6).sum())
-            seen["zero_obs_entries"] += int((ref_obs == 0).sum())
             for w in (e.unwrapped.world for e in ref_envs):
-                seen["speed_capped"] += sum(a.max_speed is not None and
-                                            abs(np.linalg.norm(a.state.p_vel) - a.max_speed) < 1e-9 for a in w.agents)
+                for key, count in _events(w).items():
+                    seen[key] = seen.get(key, 0) + count
             ref_return += ref_reward.mean(-1)
         assert step.truncated.all() and (step.episode_length == steps).all()
         np.testing.assert_allclose(step.episode_return.numpy(), ref_return, atol=1e-3)
     return seen
 
 
+
+# events each scenario's comparison must go through (with these 8 seeds), so a broken force / reward
+# term cannot hide behind a start where it never acts
+REQUIRED_EVENTS = {
+    "simple": ["out_of_bounds"],
+    "simple_adversary": ["reward_spread"],
+    "simple_push": ["contact", "reward_spread"],
+    "simple_tag": ["contact", "obstacle_contact", "capture", "speed_capped", "out_of_bounds"],
+    "simple_world_comm": ["contact", "obstacle_contact", "capture", "speed_capped", "out_of_bounds", "in_forest",
+                          "food", "speaks"],
+}
+SEEDS = list(range(8))
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("continuous", [False, True])
 def test_matches_mpe2_step_for_step(scenario, continuous):
     """Same start (copied from mpe2) + same actions -> same obs, state, rewards, truncation, returns."""
-    seen = _compare(scenario, continuous, seeds=[0, 1, 2, 3])
-    if scenario != "simple":
-        assert seen["reward_spread"] > 0, "agents' rewards never differed"
+    seen = _compare(scenario, continuous, seeds=SEEDS)
+    rare = {"food"} if continuous else set()  # food is touched rarely: the discrete run must touch it
+    missing = [k for k in REQUIRED_EVENTS[scenario] if not seen[k] and k not in rare]
+    assert not missing, f"the comparison never exercised {missing}: {seen}"
+
+
+@pytest.mark.parametrize("scenario, kwargs", [
+    ("simple_adversary", {"N": 3}),
+    ("simple_tag", {"num_good": 2, "num_adversaries": 2, "num_obstacles": 1}),
+    ("simple_world_comm", {"num_good": 3, "num_adversaries": 2, "num_obstacles": 2, "num_food": 1, "num_forests": 1}),
+])
+def test_matches_mpe2_with_other_sizes(scenario, kwargs):
+    _compare(scenario, False, seeds=[0, 1, 2], steps=25, **kwargs)

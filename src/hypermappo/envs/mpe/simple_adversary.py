@@ -43,7 +43,7 @@ class SimpleAdversaryVecEnv(WorldScenarioEnv):
         self._viewers = torch.arange(A, device=dev)
         # what agent i sees, in observation order: every landmark, then every other agent by index
         seen = [[A + k for k in range(N)] + [j for j in range(A) if j != i] for i in range(A)]
-        self._seen = torch.tensor(seen, device=dev)  # [A, N + A - 1]
+        self._seen = torch.tensor(seen, dtype=torch.long, device=dev)  # [A, N + A - 1]
 
     def _spawn_extra(self, env_ids, k):
         goal = torch.randint(0, self.n_good, (k,), generator=self.generator, device=self.device)
