@@ -166,3 +166,142 @@ def test_matches_mpe2_step_for_step(scenario, continuous):
 ])
 def test_matches_mpe2_with_other_sizes(scenario, kwargs):
     _compare(scenario, False, seeds=[0, 1, 2], steps=25, **kwargs)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_spec_matches_the_mpe2_adapter(scenario):
+    """Names, padded widths, state size and action slot as mpe2 / the mpe2 adapter: policy groups by name
+    and checkpoints carry over between `mpe2:<scenario>_v3` and `mpe:<scenario>`."""
+    names, obs_sizes, action_sizes = EXPECTED[scenario]
+    ours = make_env(f"mpe:{scenario}_v3", 2).spec
+    theirs = make_env(f"mpe2:{MPE2_MODULE[scenario]}", 1).spec
+    assert ours.agent_names == theirs.agent_names == names
+    assert ours.obs_dim == theirs.obs_dim == max(obs_sizes)
+    assert ours.state_dim == theirs.state_dim == sum(obs_sizes)
+    assert ours.action_space == theirs.action_space
+    assert ours.has_available_actions == theirs.has_available_actions == (len(set(action_sizes)) > 1)
+    assert ours.episode_limit == 25 and ours.can_save_state and ours.can_render and not ours.team_reward
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("continuous", [False, True])
+def test_contract_and_auto_reset(scenario, continuous):
+    env = make_env(f"mpe:{scenario}", 6, continuous_actions=continuous)
+    steps = run_random(env, 55, seed=1)
+    assert [t for t, s in enumerate(steps) if s.truncated.any()] == [25, 50]
+    returns = torch.stack([s.reward.mean(-1) for s in steps[1:26]]).sum(0)
+    assert torch.allclose(steps[25].episode_return, returns, atol=1e-5)
+    assert not torch.equal(steps[25].obs, steps[25].final_obs)
+    _, obs_sizes, action_sizes = EXPECTED[scenario]
+    for i, size in enumerate(obs_sizes):  # padding stays zero
+        assert (steps[-1].obs[:, i, size:] == 0).all()
+    if env.spec.has_available_actions:
+        available = steps[-1].available_actions
+        assert available.sum(-1).tolist() == [action_sizes] * 6
+
+
+def _spread_out(env):
+    """world_comm with nothing touching: agents on a row at y=0, landmarks on a row at y=0.8."""
+    agents = np.stack([np.linspace(-0.9, 0.9, 6), np.zeros(6)], 1)[None]  # [1, 6, 2]
+    landmarks = np.stack([np.linspace(-0.9, 0.9, 5), np.full(5, 0.8)], 1)[None]  # [1, 5, 2]
+    return env.set_world(agents, np.zeros((1, 6, 2)), landmarks)
+
+
+def test_world_comm_leader_speaks_others_are_silent():
+    """Only the leader speaks: its 20 actions are move + 5 x message; a padded action of a silent slot acts as
+    no-op; continuous message dims 5-8 of silent slots are ignored."""
+    env = make_env("mpe:simple_world_comm", 1)
+    _spread_out(env)
+    step = env.step(torch.tensor([[4 + 5 * 3, 7, 0, 0, 0, 0]]))  # leader: up + message 3; adversary_0: padded 7
+    assert step.obs[0, 0, -4:].tolist() == [0.0, 0.0, 0.0, 1.0], "message 3, one-hot, in the leader's comm slot"
+    assert step.obs[0, 1, -4:].tolist() == [0.0, 0.0, 0.0, 1.0], "every adversary hears the leader"
+    assert torch.allclose(step.obs[0, 0, :2], torch.tensor([0.0, 0.3])), "the leader moved up (accel 3)"
+    assert step.obs[0, 1, :2].abs().sum() == 0, "adversary_0's padded action is a no-op"
+    env = make_env("mpe:simple_world_comm", 1, continuous_actions=True)
+    _spread_out(env)
+    a = torch.zeros(1, 6, 9)
+    a[0, 0, 4], a[0, 0, 6] = 1.0, 0.5  # leader: up, says [0, 0.5, 0, 0]
+    a[0, 1, 5:] = 1.0  # adversary_0's dims past its Box(5) are ignored
+    step = env.step(a)
+    assert step.obs[0, 1, -4:].tolist() == [0.0, 0.5, 0.0, 0.0] and step.obs[0, 1, :2].abs().sum() == 0
+
+
+def test_padded_discrete_action_matches_the_adapter_rule():
+    """An action past a slot's own space acts as 0 (what the PettingZoo adapter sends)."""
+    env, twin = make_env("mpe:simple_world_comm", 2), make_env("mpe:simple_world_comm", 2)
+    env.reset(seed=4)
+    twin.reset(seed=4)
+    a = torch.tensor([[3, 19, 1, 2, 3, 4], [0, 12, 4, 4, 17, 1]])
+    b = torch.where(torch.arange(6) == 0, a, torch.where(a < 5, a, torch.zeros_like(a)))
+    assert torch.equal(env.step(a).obs, twin.step(b).obs)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_state_round_trip_and_seeding(scenario):
+    env = make_env(f"mpe:{scenario}", 5)
+    first = env.reset(seed=9)
+    assert torch.equal(first.obs, make_env(f"mpe:{scenario}", 5).reset(seed=9).obs)
+    assert not torch.equal(first.obs, make_env(f"mpe:{scenario}", 5).reset(seed=10).obs)
+    g = torch.Generator().manual_seed(9)
+    step = first
+    for _ in range(10):
+        step = env.step(random_actions(env, step, g))
+    saved = env.get_state()
+    actions = []
+    for _ in range(30):  # crosses an auto-reset, so the generator's state matters too
+        actions.append(random_actions(env, step, g))
+        step = env.step(actions[-1])
+    first_run = [env.step(a) for a in actions]
+    env.set_state(saved)
+    env.set_state(saved)  # the snapshot does not alias the live env: restoring twice is the same
+    env2 = make_env(f"mpe:{scenario}", 5)
+    env2.set_state(saved)
+    for key in ("pos", "vel"):
+        assert torch.equal(env2.get_state()[key], saved[key])
+    for a in actions:
+        env.step(a)
+    second_run = [env.step(a) for a in actions]
+    for s1, s2 in zip(first_run, second_run):
+        assert torch.equal(s1.obs, s2.obs) and torch.equal(s1.reward, s2.reward)
+
+
+def test_goal_is_drawn_per_episode():
+    """simple_adversary / simple_push: every landmark is sometimes the goal, and it shows in the observations."""
+    for scenario, n_goals in (("simple_adversary", 2), ("simple_push", 2)):
+        env = make_env(f"mpe:{scenario}", 64)
+        env.reset(seed=0)
+        counts = torch.bincount(env.extra["goal"], minlength=n_goals)
+        assert (counts > 10).all(), counts
+    env = make_env("mpe:simple_push", 64)
+    obs = env.reset(seed=1).obs[:, 1, 4:7]  # the good agent's own colour tells the goal
+    assert torch.equal(obs[:, 1] > obs[:, 2], env.extra["goal"] == 0)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_render(scenario):
+    env = make_env(f"mpe:{scenario}", 2)
+    env.reset(seed=0)
+    frame = env.render(1)
+    assert frame.shape == (400, 400, 3) and frame.dtype == np.uint8
+    assert (frame != 255).any() and (frame == 255).any()
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 3, "agents and landmarks in their colours"
+
+
+@pytest.mark.parametrize("scenario, kwargs, match", [
+    ("simple_adversary", {"N": 0}, "N must be an integer >= 1, got 0"),
+    ("simple_tag", {"num_good": 0}, "num_good"),
+    ("simple_tag", {"num_obstacles": 1.5}, "num_obstacles"),
+    ("simple_world_comm", {"num_food": 0}, "num_food"),
+    ("simple_push", {"max_cycles": 0}, "max_cycles"),
+    ("simple", {"N": 3}, "N"),
+    ("simple_tag", {"curriculum": True}, "curriculum"),
+])
+def test_bad_kwargs_are_user_errors(scenario, kwargs, match):
+    with pytest.raises(UserError, match=match):
+        make_env(f"mpe:{scenario}", 2, **kwargs)
+
+
+def test_set_world_rejects_unknown_choices():
+    env = make_env("mpe:simple_tag", 1)
+    with pytest.raises(UserError, match="goal"):
+        env.set_world(np.zeros((1, 4, 2)), np.zeros((1, 4, 2)), np.zeros((1, 2, 2)), goal=[0])

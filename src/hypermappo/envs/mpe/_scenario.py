@@ -123,7 +123,6 @@ class WorldScenarioEnv(VecEnv):
         self._spawn_extra(env_ids, k)
 
     def _step_result(self, obs: torch.Tensor, reward: torch.Tensor, **kw) -> EnvStep:
-        E, A = self.num_envs, self.num_agents
         available = self._available.clone() if self.spec.has_available_actions else None
         return EnvStep(obs=obs, state=self._state(obs), active=self._active.clone(), reward=reward,
                        available_actions=available, **kw)

@@ -56,7 +56,8 @@ class SimpleTagVecEnv(WorldScenarioEnv):
         seen = [[A + k for k in range(L)] + [j for j in range(A) if j != i] for i in range(A)]
         self._seen = torch.tensor(seen, dtype=torch.long, device=dev)  # [A, L + A - 1]
         good_ids = range(V, A)
-        self._good_others = torch.tensor([[j for j in good_ids if j != i] for i in good_ids], dtype=torch.long, device=dev)  # [G, G-1]
+        good_others = [[j for j in good_ids if j != i] for i in good_ids]
+        self._good_others = torch.tensor(good_others, dtype=torch.long, device=dev)  # [G, G-1]
         self._pair_min = torch.tensor([[0.075 + 0.05]], device=dev)  # adversary-good touching distance
 
     def _observe_groups(self) -> list[torch.Tensor]:
