@@ -305,3 +305,26 @@ def test_set_world_rejects_unknown_choices():
     env = make_env("mpe:simple_tag", 1)
     with pytest.raises(UserError, match="goal"):
         env.set_world(np.zeros((1, 4, 2)), np.zeros((1, 4, 2)), np.zeros((1, 2, 2)), goal=[0])
+
+
+def test_auto_reset_is_per_env():
+    """Env 1 is put 5 steps from its end: only it restarts, the others continue untouched."""
+    env, twin = make_env("mpe:simple_adversary", 4), make_env("mpe:simple_adversary", 4)
+    env.reset(seed=3)
+    twin.reset(seed=3)
+    state = env.get_state()
+    state["t"][1] = 20
+    state["tracker"]["lengths"][1] = 20
+    env.set_state(state)
+    g = torch.Generator().manual_seed(0)
+    for k in range(5):
+        actions = torch.randint(0, 5, (4, 3), generator=g)
+        step, twin_step = env.step(actions), twin.step(actions)
+        assert step.truncated.tolist() == [False, k == 4, False, False]
+        assert torch.equal(step.final_obs, twin_step.final_obs)
+    assert step.done[1].all() and not step.done[[0, 2, 3]].any() and step.episode_length[1] == 25
+    others = [0, 2, 3]
+    assert torch.equal(step.obs[others], twin_step.obs[others])
+    assert torch.equal(env.extra["goal"][others], twin.extra["goal"][others])
+    assert not torch.allclose(step.obs[1], step.final_obs[1])
+    assert env.t.tolist() == [5, 0, 5, 5]
