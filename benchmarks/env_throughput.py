@@ -157,6 +157,7 @@ def markdown(rows: list[dict], ratios: list[dict], meta: dict) -> str:
               "after the imports.")
     lines = [
         "# Env throughput (random actions)", "", header, "", memory, "",
+        *([f"Reproduce: `{meta['command']}`", ""] if meta.get("command") else []),
         "| env | E | N | env-steps/s | agent-steps/s | peak RSS (MB) | env RSS (MB) | timed steps |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -208,10 +209,12 @@ def main(argv: list[str] | None = None) -> None:
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
             "max_env_steps": args.max_env_steps, "load_average": [round(x, 1) for x in os.getloadavg()],
-            "adapter_num_envs": args.adapter_num_envs}
+            "adapter_num_envs": args.adapter_num_envs,
+            "command": " ".join(["python", "benchmarks/env_throughput.py", *argv])}
     rows = []
-    envs = args.envs.replace("mpe_suite", MPE_SUITE_ENVS)
-    for name in [s.strip() for s in envs.split(",") if s.strip()]:
+    names = [s.strip() for s in args.envs.split(",") if s.strip()]
+    names = [n for name in names for n in (MPE_SUITE_ENVS.split(",") if name == "mpe_suite" else [name])]
+    for name in names:
         slow = name.partition(":")[0] in SLOW_PREFIXES
         sizes = args.adapter_num_envs if slow and args.adapter_num_envs else args.num_envs
         for e in [int(x) for x in sizes.split(",")]:
