@@ -8,7 +8,7 @@ import torch
 from pettingzoo.test import parallel_api_test
 
 from hypermappo.envs.coingame import CoinGameParallelEnv, CoinGameVecEnv
-from hypermappo.envs.contract import random_actions, run_random
+from hypermappo.envs.contract import check_step, random_actions, run_random
 from hypermappo.envs.pettingzoo import AdapterVecEnv, ParallelEnvAdapter
 from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
@@ -235,6 +235,19 @@ def test_pettingzoo_adapter_turns_infos_into_goal_event_extras(sparse):
 def test_bad_kwargs_raise_user_error(kwargs, words):
     with pytest.raises(UserError, match=words):
         make_env("coingame", 2, **kwargs)
+
+
+def test_contract_checks_goal_events():
+    env = CoinGameVecEnv(2)
+    s = env.reset(seed=0)
+    check_step(env, s)
+    for bad in (torch.full((2, 2), 2), torch.full((2, 2), -1, dtype=torch.int32), torch.full((2, 3), -1)):
+        s.extras["goal_event"] = bad
+        with pytest.raises(AssertionError):
+            check_step(env, s)
+    del s.extras["goal_event"]
+    with pytest.raises(AssertionError, match="puts extras\\['goal_event'\\]"):
+        check_step(env, s)
 
 
 def test_variant_name_is_a_user_error():

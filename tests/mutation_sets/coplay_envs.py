@@ -70,4 +70,7 @@ def mutations(M):
           "                if v.dim() != 1:  # per-agent extras such as goal_event [E, N] are no episode statistics\n"
           "                    continue\n", "",
           (T_CG,), "evaluation broadcasts [E, N] goal events against [E] episode masks"),
+        M("contract_ignores_goal_range", "src/hypermappo/envs/contract.py",
+          "assert ((g >= -1) & (g < len(spec.goal_names))).all()", "assert ((g >= -1)).all()",
+          (T_CG,), "the contract check lets goal indices beyond goal_names through"),
     ]
