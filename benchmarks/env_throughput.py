@@ -51,7 +51,7 @@ def measure(env_name: str, num_envs: int, steps: int, warmup: int, threads: int)
     from hypermappo.envs.registry import BACKENDS, make_env
 
     prefix = env_name.partition(":")[0]
-    importlib.import_module(BACKENDS[prefix][0])
+    importlib.import_module(BACKENDS[prefix][0].partition(":")[0])
     if prefix == "smax":  # JAX and SMAX count as imports, like torch for the others
         from hypermappo.envs.smax import _import_smax
 
