@@ -56,8 +56,9 @@ def markdown(rows: list[dict], ratios: list[dict], meta: dict) -> str:
     lines = [
         "# Env throughput: MPE communication scenarios (random actions)", "",
         f"{meta['date']}, {meta['cpu_count']} CPUs ({meta['machine']}), {meta['threads']} torch thread(s), load average "
-        f"at start {meta['load_average']} (shared 2-core machine, other jobs running). `--steps {meta['steps']}` timed "
-        f"steps per row (adapter capped at {meta['max_env_steps']} env-steps) after {meta['warmup']} warm-up steps; "
+        f"at start {meta['load_average']}, at end {meta.get('load_average_end')} (shared 2-core machine, other jobs "
+        f"running). `--steps {meta['steps']}` timed steps per row (adapter capped at {meta['max_env_steps']} env-steps) "
+        f"after {meta['warmup']} warm-up steps; "
         f"each row in a fresh process (`env_throughput.run_worker`).", "",
         "| env | E | N | env-steps/s | agent-steps/s | peak RSS (MB) | env RSS (MB) | timed steps |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

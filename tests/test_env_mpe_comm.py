@@ -58,15 +58,17 @@ def _sample_actions(ref_env, num_envs: int, slot_dim: int, continuous: bool, rng
     return ours, per_env
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("continuous", [False, True])
-def test_matches_mpe2_step_for_step(scenario, continuous):
+CASES = [(s, c, {}) for s in SCENARIOS for c in (False, True)] + [("simple_reference", False, {"local_ratio": 0.2})]
+
+
+@pytest.mark.parametrize("scenario, continuous, kwargs", CASES)
+def test_matches_mpe2_step_for_step(scenario, continuous, kwargs):
     """Same start (copied from mpe2) + same actions -> same obs (padded), state, rewards, truncation, returns."""
     module = importlib.import_module(f"mpe2.{SCENARIOS[scenario]}")
     seeds = [0, 1, 2]
-    ref_envs = [module.parallel_env(continuous_actions=continuous) for _ in seeds]
+    ref_envs = [module.parallel_env(continuous_actions=continuous, **kwargs) for _ in seeds]
     names = ref_envs[0].possible_agents
-    env = make_env(f"mpe:{scenario}", len(seeds), continuous_actions=continuous)
+    env = make_env(f"mpe:{scenario}", len(seeds), continuous_actions=continuous, **kwargs)
     assert env.spec.agent_names == names
     assert env.spec.state_dim == ref_envs[0].unwrapped.state_space.shape[0]
     slot_dim = env.spec.action_space.shape[0] if continuous else 0
@@ -123,6 +125,32 @@ def test_contract_and_auto_reset(scenario, continuous):
     assert (steps[25].episode_length == 25).all()
     assert not torch.equal(steps[25].obs, steps[25].final_obs)
     assert (steps[26].obs.std(0) > 0).any(), "envs of one batch differ"
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_auto_reset_is_per_env(scenario):
+    """Env 1 is put 5 steps from its end: only it resets (at rest, silent), the others continue untouched."""
+    env, twin = make_env(f"mpe:{scenario}", 4), make_env(f"mpe:{scenario}", 4)
+    step = env.reset(seed=3)
+    twin.reset(seed=3)
+    state = env.get_state()
+    state["t"][1] = 20
+    state["tracker"]["lengths"][1] = 20
+    env.set_state(state)
+    g = torch.Generator().manual_seed(0)
+    for k in range(5):
+        actions = random_actions(env, step, g)
+        step, twin_step = env.step(actions), twin.step(actions)
+        assert step.truncated.tolist() == [False, k == 4, False, False]
+        assert torch.equal(step.final_obs, twin_step.final_obs)
+    assert step.done[1].all() and not step.done[[0, 2, 3]].any() and step.episode_length[1] == 25
+    others = [0, 2, 3]
+    assert torch.equal(step.obs[others], twin_step.obs[others])
+    assert not torch.equal(step.obs[1], step.final_obs[1])
+    for name, value in env.world.items():
+        if name.endswith("_vel") or name == "comm":
+            assert (value[1] == 0).all() and (value[others] != 0).any(), name
+    assert env.t.tolist() == [5, 0, 5, 5]
 
 
 def test_heterogeneous_slots_speaker_listener():

@@ -173,7 +173,8 @@ class CommVecEnv(VecEnv):
         if unknown:
             raise UserError(f"{self.scenario}.set_world: unknown {unknown}; expected some of {sorted(self.world)}")
         for name, value in values.items():
-            self.world[name].copy_(torch.as_tensor(np.asarray(value), dtype=self.world[name].dtype))
+            value = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+            self.world[name].copy_(value.to(self.world[name].dtype))
         return self._start_step()
 
     def step(self, actions: torch.Tensor) -> EnvStep:
