@@ -74,27 +74,39 @@ def test_zero_increments_give_the_mappo_actor_exactly(overrides):
             h = out.hidden
         seq = hyper(obs, None, torch.zeros(B, N, hyper.hidden_size), reset, sequence=True, active=active)
     assert torch.equal(seq.dist.params(), ref)
-    assert not h[..., hyper.hyper.context.history_size:].any()  # the weight state never moved
+    assert not hyper.weight_offset(h).any()  # the weights never moved off theta_base
     _move_generators(hyper)  # not vacuous: non-zero increments change the policy
     with torch.no_grad():
         moved = hyper(obs, None, torch.zeros(B, N, hyper.hidden_size), reset, sequence=True, active=active)
     assert not torch.allclose(moved.dist.params(), ref)
 
 
+@pytest.mark.parametrize("context, rank, state_size", [("obs", 0, 65), ("obs", 2, 325), ("agent_id", 0, 1),
+                                                       ("agent_id", 2, 1)])
 @pytest.mark.parametrize("decay", [0.0, 0.25])
-def test_weight_state_adds_up_the_increments_with_decay_toward_the_base(decay):
-    actor, _ = _actor(["hyper.context=agent_id", "hyper.layers=last"] + ([f"hyper.decay={decay}"] if decay else []))
+def test_weights_add_up_the_increments_with_decay_toward_the_base(decay, context, rank, state_size):
+    """The state is the accumulated code (full rank), the weights (low rank) or a step count (agent-id context)."""
+    actor, _ = _actor([f"hyper.context={context}", "hyper.layers=last", f"hyper.rank={rank}"]
+                      + ([f"hyper.decay={decay}"] if decay else []))
     _move_generators(actor)
+    torch.manual_seed(3)
+    obs = torch.randn(3, 2, 3, 6)  # [steps, E, N, D]
     with torch.no_grad():
-        delta = actor._flat_increment(actor.generate(torch.zeros(1, 3, 6))[0])  # [N, P]: per agent, constant
         h = torch.zeros(2, 3, actor.hidden_size)
-        obs = torch.randn(2, 3, 6)
-        expected = torch.zeros_like(h)
-        for _ in range(3):
-            h = actor(obs, None, h, torch.zeros(2, 3, dtype=torch.bool)).hidden
+        expected = torch.zeros(2, 3, 64 * 5 + 5)  # theta_t - theta_base of the 64 x 5 head
+        for t in range(3):
+            delta = actor._flat_increment(actor.generate(obs[t])[0])  # [E, N, P]: this step's increment
+            out = actor(obs[t], None, h, torch.zeros(2, 3, dtype=torch.bool))
             expected = (1 - decay) * expected + delta
-            assert torch.allclose(h, expected, atol=1e-6)
+            assert torch.allclose(actor.weight_offset(out.hidden), expected, atol=1e-5)
+            # the policy is the MAPPO head with theta_base + (theta_t - theta_base)
+            x = actor.trunk.hidden_layers(obs[t])
+            w = actor.head.weight[0] + expected[..., :320].unflatten(-1, (64, 5))
+            logits = (x.unsqueeze(-2) @ w).squeeze(-2) + actor.head.bias[0] + expected[..., 320:]
+            assert torch.allclose(out.dist.params(), torch.log_softmax(logits, -1), atol=1e-4)
+            h = out.hidden
     assert delta.abs().sum() > 0
+    assert actor.state_size == state_size
 
 
 @pytest.mark.parametrize("overrides", CONTEXTS[:2], ids=lambda o: " ".join(o))
@@ -194,8 +206,8 @@ def test_state_that_cannot_fit_is_refused_with_one_line():
     with pytest.raises(UserError, match=r"hyper\.output=accumulate: the weight state \(325 floats per agent for "
                                         r"generated layers \['64x5'\]\) needs ~0\.4 GB .* 25 x 1024 x 3"):
         check_state_memory(cfg, 3, 325, shapes, available=512 * 1024 ** 2)
-    huge = build_config(None, ["actor=hyper", "hyper.output=accumulate", "num_envs=100000",
-                               "model.hidden_sizes=[1024,1024]"])
+    huge = build_config(None, ["actor=hyper", "hyper.output=accumulate", "hyper.context=obs", "hyper.rank=4",
+                               "num_envs=100000", "model.hidden_sizes=[1024,1024]"])
     with pytest.raises(UserError, match="more than half of the"):
         build_actor("hyper", _spec(), huge)
 

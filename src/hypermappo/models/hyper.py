@@ -292,12 +292,16 @@ class HyperActor(MLPActor):
                     gain = cfg.model.policy_gain if i == n_hidden else cfg.model.hidden_gain()
                     gen.w.bias.mul_(gain / 2 ** 0.5)
         self.hidden_size = self.hyper.context.history_size
-        # output=accumulate: the generated layers' weights are a per-agent state S = theta_t - theta_base, carried
-        # after the history GRU's state in the actor's hidden vector [..., N, history + P] (see `_accumulated_forward`)
+        # output=accumulate: the generated layers' weights theta_t = theta_base + S_t are a per-agent state, carried
+        # after the history GRU's state in the actor's hidden vector [..., N, history + state] (see
+        # `_accumulated_forward`): a step count, the accumulated code or the weights themselves
         self.accumulate = h.output == "accumulate"
         self.state_shapes = shapes if self.accumulate else []
-        self.state_size = sum(i * o + o for i, o in self.state_shapes)
+        self.state_size = 0
         if self.accumulate:
+            self.state_kind = "count" if self.hyper.context.static else "weights" if h.rank else "code"
+            self.state_size = {"count": 1, "code": self.hyper.generators[0].b.in_features + 1,
+                               "weights": sum(i * o + o for i, o in shapes)}[self.state_kind]
             check_state_memory(cfg, spec.num_agents, self.state_size, shapes)
             self.hidden_size += self.state_size
         # feed-forward smoothness recomputes delta_{t-1} from the stored previous observation
@@ -421,19 +425,34 @@ class HyperActor(MLPActor):
         return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
 
     # -------------------------------------------------------------- output=accumulate
+    # theta_t = theta_base + S_t, S_t = active_t * ((1 - decay) * S_{t-1} * ~reset_t + delta_t). A full-rank delta is
+    # linear in the code c = [z, 1] (delta_t = A c_t, see `WeightGenerator`), so S_t = A C_t with C_t accumulated the
+    # same way from the codes: the state is the code C_t [hidden + 1] per agent, whatever the generated layers' size,
+    # and a layer runs the factored product of `_apply_layer` on C_t. A low-rank delta U(z) V(z) is not linear in the
+    # code: there the state is S_t itself, every generated W and b flattened [P], applied per sample. With an agent-id
+    # context delta is constant per agent, so S_t = n_t delta_agent: the state is the (decayed) step count n_t [1].
 
     def _flat_increment(self, gens: list[dict]) -> torch.Tensor:
         """delta_t as one flat vector per sample [..., N, P] (per agent [N, P] for a static context): per generated
-        layer W row-major [in * out] (U V for low rank) then b [out], the layout of the weight state."""
+        layer W row-major [in * out] (U V for low rank) then b [out], the layout of the low-rank weight state."""
         parts = []
         for g in self._explicit(gens):
             w = g["W"] if "W" in g else g["U"] @ g["V"]
             parts += [w.flatten(-2), g["b"]]
         return torch.cat(parts, -1)
 
+    def weight_offset(self, hidden: torch.Tensor) -> torch.Tensor:
+        """theta_t - theta_base [..., N, P] (the `_flat_increment` layout) from the actor's hidden state [..., N, H]."""
+        state = hidden[..., self.hyper.context.history_size:]
+        if self.state_kind == "count":
+            return state * self._flat_increment(self.generate(hidden.new_zeros(1, self.n_agents, 1))[0])
+        if self.state_kind == "weights":
+            return state
+        return state @ self.hyper.flat_matrix().t()
+
     def _accumulate_step(self, state, delta, reset, active):
-        """S_t = active_t * ((1 - decay) * S_{t-1} * ~reset_t + delta_t): zero (theta_base) at episode starts and
-        while an agent is dead, so a respawned agent starts again from theta_base. state [..., N, P]."""
+        """One step of the recurrence above; zero (theta_base) at episode starts and while an agent is dead, so a
+        respawned agent starts again from theta_base. state [..., N, S], delta [..., N, S] or [N, S]."""
         if reset is not None:
             state = state * (~reset).unsqueeze(-1).to(state.dtype)
         if self.cfg_h.decay:
@@ -443,51 +462,72 @@ class HyperActor(MLPActor):
             state = state * active.unsqueeze(-1).to(state.dtype)
         return state
 
-    def _accumulated_layer(self, lin: AgentLinear, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
-        """x [..., N, in] through theta_base + S: the base layer as MAPPO computes it plus x @ S_W + S_b, so a zero
-        state gives MAPPO's output exactly. state [..., N, in * out + out] (this layer's slice)."""
+    def _explicit_layer(self, lin: AgentLinear, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """x [..., N, in] through theta_base + S (low rank): the base layer as MAPPO computes it plus x @ S_W + S_b,
+        so a zero state gives MAPPO's output exactly. state [..., N, in * out + out] (this layer's slice)."""
         if state is None:
             return lin(x)
         i, o = lin.in_features, lin.out_features
         w = state[..., :i * o].unflatten(-1, (i, o))  # [..., N, in, out]
         return lin(x) + (x.unsqueeze(-2) @ w).squeeze(-2) + state[..., i * o:]
 
+    @staticmethod
+    def _counted_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None, count: torch.Tensor) -> torch.Tensor:
+        """x [..., N, in] through theta_base + n_t delta_agent: base layer + n_t (x @ dW_agent + db_agent)."""
+        if gen is None:
+            return lin(x)
+        w = gen["W"] if "W" in gen else gen["U"] @ gen["V"]  # [N, in, out]
+        return lin(x) + count * (torch.einsum("...ni,nio->...no", x, w) + gen["b"])
+
     def _accumulated_forward(self, obs, available, hidden, reset, sequence, active) -> ActorOut:
-        """hyper.output=accumulate: theta_t = theta_base + S_t with S_t = S_{t-1} + delta_t (see `_accumulate_step`),
-        trained through chunks like a GRU state. hidden [..., N, history + P] is the state before this step (before
-        step 0 of the chunk with `sequence`, obs [L, ..., N, D]); returns the state after the (last) step."""
+        """hyper.output=accumulate (see above), trained through chunks like a GRU state. hidden [..., N, history +
+        state] is the state before this step (before step 0 of the chunk with `sequence`, obs [L, ..., N, D]);
+        returns the state after the (last) step."""
         hs = self.hyper.context.history_size
         history = hidden[..., :hs] if hidden is not None and hs else None
         state = hidden[..., hs:] if hidden is not None else None
-        gens, scales, new_history = self.generate(obs, history, reset, sequence, active=active)
-        delta = self._flat_increment(gens)  # [(L,) ..., N, P], or [N, P] for an agent-id context
-        static = self.hyper.context.static
-        lead = obs.shape[1:-1] if sequence else obs.shape[:-1]
+        gens, scales, new_history = self.generate(obs, history, reset, sequence, active=active)  # delta_t
+        static, kind = self.hyper.context.static, self.state_kind
+        if kind == "count":
+            delta = obs.new_ones(self.n_agents, 1)  # [N, 1]: one more step of the agent's constant increment
+        else:  # [(L,) ..., N, S]
+            delta = self._flat_increment(gens) if kind == "weights" else gens[0]["code"]
         if state is None:
-            state = obs.new_zeros(*lead, self.state_size)  # [..., N, P]
+            state = obs.new_zeros(*(obs.shape[1:-1] if sequence else obs.shape[:-1]), self.state_size)
         if sequence:  # the recurrence steps through time; everything else runs on all L steps at once
             states = []
             for t in range(obs.shape[0]):
                 state = self._accumulate_step(state, delta if static else delta[t],
                                               None if reset is None else reset[t], None if active is None else active[t])
                 states.append(state)
-            per_step = torch.stack(states)  # [L, ..., N, P]
+            per_step = torch.stack(states)  # [L, ..., N, S]
         else:
             state = per_step = self._accumulate_step(state, delta, reset, active)
         by_layer, at = {}, 0
-        for i, (fi, fo) in zip(self.generated, self.state_shapes):
-            by_layer[i] = per_step[..., at:at + fi * fo + fo]
-            at += fi * fo + fo
+        for i, (fi, fo), gen in zip(self.generated, self.state_shapes, gens):
+            if kind == "weights":
+                by_layer[i] = per_step[..., at:at + fi * fo + fo]
+                at += fi * fo + fo
+            else:
+                by_layer[i] = {"code": per_step} if kind == "code" else gen
+        generator = dict(zip(self.generated, self.hyper.generators))
         x = self.actor_input(obs)
         t = self.trunk
         if t.feature_norm is not None:
             x = t.feature_norm(x)
-        for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
-            x = norm(t.act(self._accumulated_layer(lin, x, by_layer.get(i))))
-            if scales:
-                x = x * scales[i]
-        logits = self._accumulated_layer(self.head, x, by_layer.get(len(t.linears)))
-        dist = make_dist(self.action_space, logits, available, self.log_std)
+        n = len(t.linears)
+        for i, lin in enumerate(list(t.linears) + [self.head]):
+            if kind == "weights":
+                x = self._explicit_layer(lin, x, by_layer.get(i))
+            elif kind == "code":
+                x = self._apply_layer(lin, x, by_layer.get(i), generator.get(i))
+            else:
+                x = self._counted_layer(lin, x, by_layer.get(i), per_step)
+            if i < n:
+                x = t.norms[i](t.act(x))
+                if scales:
+                    x = x * scales[i]
+        dist = make_dist(self.action_space, x, available, self.log_std)
         new_hidden = state if new_history is None else torch.cat([new_history, state], -1)
         return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
 
