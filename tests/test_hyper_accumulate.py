@@ -230,3 +230,23 @@ def test_accumulate_is_recurrent_so_chunk_length_is_read():
     assert cfg.ppo.data_chunk_length == 5
     # with an agent-id context the smoothness term ||delta||^2 is not identically 0 here, so it is allowed
     build_config(None, ["actor=hyper", "hyper.output=accumulate", "hyper.alpha=0.1"])
+
+
+def test_bench_has_accumulate_rows_next_to_mappo_and_they_run():
+    """`hypermappo bench` measures accumulate at the main point (vmas:simple_spread, E=1024) in the same run as MAPPO
+    and the increment rows it compares with; one of its configurations runs through the harness (small env here)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "throughput.py"
+    spec = importlib.util.spec_from_file_location("throughput_accumulate_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    keys = {c["key"] for c in bench.standard_cases(1)}
+    _, env, e = bench.MAIN
+    for name in ("mappo", "hyper-id-last", "hyper-accum-id-last", "hyper-obs-last-r0", "hyper-accum-obs-last-r0",
+                 "hyper-accum-obs-last", "hyper-obs-defaults"):
+        assert f"{name}/{env}/{e}" in keys
+    overrides, _ = bench.EXTRA_ACCUMULATE["hyper-accum-obs-last-r0"]
+    row = bench.measure(bench.case("hyper-accum-obs-last-r0", "matrix:climbing", 8, 1, overrides), 0, 1, 0.0, 5.0)
+    assert row["e2e_sps"] > 0 and row["iterations"] >= 1

@@ -62,8 +62,8 @@ def test_warm_start_reproduces_the_source_policy_on_the_same_observations(source
     obs = torch.randn(9, 3, ref.hyper.context.obs_encoder[1].in_features)
     exp = _warm(tmp_path, source, "both", ["hyper.init_base=true"])
     assert torch.equal(_params(exp.actor.eval(), obs), _params(ref, obs))
-    for p, q in zip(exp.actor.target.parameters(), exp.actor.hyper.parameters()):  # target synced to the loaded one
-        assert torch.equal(p, q)
+    for p, q, snap in zip(exp.actor.target.parameters(), exp.actor.hyper.parameters(), exp.audit.target_snapshot):
+        assert torch.equal(p, q) and torch.equal(snap, q)  # target synced to the loaded one, and so is the audit's copy
     assert exp.summary_extra["warm_start"]["update"] == 10  # the newest checkpoint
     # not vacuous: the source's hypernetwork moved away from its zero-initialised outputs, and a fresh run differs
     assert any(g.w.weight.abs().sum() > 0 for g in ref.hyper.generators)
@@ -145,3 +145,14 @@ def test_audit_stops_a_run_warm_started_from_a_dead_hypernetwork(tmp_path):
     exp = _warm(tmp_path, dead, "audited", ["diagnostics.audit_updates=2", "total_env_steps=60"])
     with pytest.raises(DeadComponentError, match=r"dead: actor\.hyper\.context\.obs_encoder\.1, actor\.hyper\.mlp\.0"):
         exp.run()
+
+
+def test_a_resumed_run_continues_from_its_own_checkpoint_without_the_source(source, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    exp = _warm(tmp_path, copy, "resumable", ["total_env_steps=60"])
+    exp.run()
+    (tmp_path / "resumable" / "summary.json").unlink()  # as if stopped after its last checkpoint
+    shutil.rmtree(copy)
+    again = Experiment(from_run_dir(tmp_path / "resumable"), tmp_path / "resumable", resume=True, quiet=True)
+    assert again.update == 3 and "warm_start" in again.summary_extra  # the record of where it started is kept
