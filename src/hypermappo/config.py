@@ -137,7 +137,8 @@ class HyperConfig:
     hidden_scale: bool = opt(False, "with layers=last: a generated per-unit scale on the shared hidden layers")
     output: str = opt("increment", "increment (theta_base + delta), full (generated weights, no base) or accumulate "
                                    "(theta_t = theta_{t-1} + delta_t from theta_base at episode start / death: a "
-                                   "per-agent recurrent weight state, trained on ppo.data_chunk_length chunks)",
+                                   "per-agent recurrent weight state, trained on ppo.data_chunk_length chunks; "
+                                   "hidden+1 floats per agent at rank 0, the generated weights at rank > 0)",
                       choices=["increment", "full", "accumulate"])
     decay: float = opt(0.0, "output=accumulate: pull toward theta_base per step, "
                             "theta_t - theta_base = (1 - decay) (theta_{t-1} - theta_base) + delta_t", min=0.0, max=1.0)

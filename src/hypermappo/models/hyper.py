@@ -634,16 +634,17 @@ def _available_memory(device: str) -> int:
 
 
 def check_state_memory(cfg, n_agents: int, state_size: int, shapes: list, available: int | None = None) -> None:
-    """Refuse an accumulated weight state that cannot fit: the rollout stores it for T x E x N slots, and each
-    training mini-batch keeps it per step for the backward (~3 copies: state, its gradient, the layer products)."""
+    """Refuse an accumulated weight state that cannot fit: the rollout stores it for T x E x N slots, and a training
+    pass over a mini-batch keeps it (and its products and gradients) per step: measured ~25x its stored size for the
+    low-rank weight state at vmas:simple_spread E=1024 (benchmarks/results/hyper_accumulate.md, peak RSS)."""
     T, E = cfg.rollout_length, cfg.num_envs
     stored = 4 * T * E * n_agents * state_size
-    need = stored * (1 + 3 / cfg.ppo.num_mini_batch)
+    need = stored * (1 + 24 / cfg.ppo.num_mini_batch)
     available = _available_memory(cfg.device) if available is None else available
     if need > available / 2:
         gb = 1024 ** 3
         raise UserError(
             f"hyper.output=accumulate: the weight state ({state_size:,} floats per agent for generated layers "
             f"{[f'{i}x{o}' for i, o in shapes]}) needs ~{need / gb:.1f} GB for rollout_length x num_envs x agents = "
-            f"{T} x {E} x {n_agents}, more than half of the {available / gb:.1f} GB free; use hyper.layers=last, "
-            f"smaller model.hidden_sizes, or fewer num_envs / rollout_length")
+            f"{T} x {E} x {n_agents}, more than half of the {available / gb:.1f} GB free; use hyper.rank=0 (the state "
+            f"is then hidden+1 floats), hyper.layers=last, or fewer num_envs / rollout_length")
