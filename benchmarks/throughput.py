@@ -74,7 +74,7 @@ EXTRA_ACCUMULATE = {
     "hyper-id-last": (["algo=mappo", "actor=hyper", "hyper.context=[agent_id]", "hyper.layers=last"],
                       "increment, agent-id context, last layer"),
     "hyper-accum-id-last": (["algo=mappo", "actor=hyper", "hyper.context=[agent_id]", "hyper.layers=last",
-                             *ACCUMULATE], "accumulate, agent-id context, last layer: 65-float state"),
+                             *ACCUMULATE], "accumulate, agent-id context, last layer: 1-float state (step count)"),
     "hyper-obs-last-r0": ([*OBS_LAST, *LEAN_FULL], "increment, as hyper-obs-last at full rank"),
     "hyper-accum-obs-last-r0": ([*OBS_LAST, *LEAN_FULL, *ACCUMULATE], "accumulate, as hyper-obs-last-r0: 17-float state"),
     "hyper-accum-obs-last-r0-c5": ([*OBS_LAST, *LEAN_FULL, *ACCUMULATE[:1], "ppo.data_chunk_length=5"],
