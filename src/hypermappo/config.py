@@ -166,7 +166,7 @@ class CoplayerConfig:
                                  "across episodes, reset when a co-player's partner_id changes)",
                       choices=["episode", "persistent"])
     feed: str = opt("none", "policy = append the belief (embedding) to the actor's input", choices=["none", "policy"])
-    hidden: int = opt(64, "GRU size = belief size", min=1)
+    hidden: int = opt(32, "GRU size = belief size (its cost per env step grows with its square)", min=1)
     lr: float = opt(7e-4, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
     epochs: int = opt(1, "passes over each rollout per update (full batch)", min=1)
 
