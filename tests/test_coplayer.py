@@ -248,6 +248,16 @@ def test_resume_with_a_persistent_fed_belief_equals_the_uninterrupted_run(tmp_pa
     assert_same(got["coplayer"], want["coplayer"], "coplayer")
 
 
+def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, capsys):
+    from hypermappo.cli import main
+
+    run = tmp_path / "run"
+    summary = Experiment(_cfg([*ON, "coplayer.feed=policy"]), run, quiet=True).run()
+    assert main(["eval", str(run), "--episodes", "4", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
+
+
 # --------------------------------------------------------------------------- config
 
 

@@ -61,4 +61,7 @@ def mutations(M):
           "                parts.append(belief)\n", "                parts.append(belief.detach() * 0)\n",
           (T + "test_hyper_context_coplayer_trains_passes_the_audit_and_reads_the_belief",),
           "hyper.context=coplayer generates weights that do not depend on the belief"),
+        M("coplayer_eval_model_untrained", algo, "    if checkpoint is not None:\n", "    if False:\n",
+          (T + "test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it",),
+          "`hypermappo eval` of a fed run computes the belief with an untrained co-player model"),
     ]

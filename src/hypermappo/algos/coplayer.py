@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.errors import NonFiniteError, UserError
-from hypermappo.models.coplayer import CoplayerModel, belief_dim
+from hypermappo.models.coplayer import BeliefActor, CoplayerModel, belief_dim
 
 SEED_OFFSET = 104_729  # the co-player model's init generator: run seed + this (+ the learner's offset)
 
@@ -62,6 +62,26 @@ def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: i
     return target, valid
 
 
+def build_model(cfg, env_spec) -> CoplayerModel:
+    """The co-player model of `cfg` for an env (heads for the loss terms with a weight > 0)."""
+    c = cfg.coplayer
+    n_actions = int(env_spec.action_space.n) if c.action_weight > 0 else 0
+    n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
+    return CoplayerModel(env_spec.obs_dim, env_spec.num_agents, n_actions, n_goals,
+                         env_spec.obs_dim if c.subgoal_weight > 0 else 0, c.hidden)
+
+
+def acting_actor(cfg, env_spec, actor, checkpoint: dict | None = None):
+    """What acts for a run outside training (eval, crossplay): its actor, wrapped with the co-player model when the
+    actor reads the belief (weights from `checkpoint` when given)."""
+    if not belief_dim(cfg):
+        return actor
+    model = build_model(cfg, env_spec)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["coplayer"]["model"])
+    return BeliefActor(actor, model)
+
+
 class CoplayerLearner:
     """A learner group's co-player model, its optimiser, its memory and one rollout of its training data."""
 
@@ -80,8 +100,7 @@ class CoplayerLearner:
         n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
         with torch.random.fork_rng(devices=[]):  # its own init: the actor's and critic's draws are unchanged
             torch.manual_seed(seed + SEED_OFFSET)
-            self.model = CoplayerModel(D, N, int(space.n) if c.action_weight > 0 else 0, n_goals,
-                                       D if c.subgoal_weight > 0 else 0, c.hidden).to(device)
+            self.model = build_model(cfg, env_spec).to(device)
         self.trains = any(w > 0 for w in (c.action_weight, c.goal_weight, c.subgoal_weight))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
         self.fed = belief_dim(cfg) > 0
