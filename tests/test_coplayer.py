@@ -14,7 +14,7 @@ from test_resume import TINY, assert_same, metrics_without_timing, resume_matche
 
 from hypermappo import config as config_mod
 from hypermappo import experiment as experiment_mod
-from hypermappo.algos.coplayer import hindsight_goals, subgoal_targets
+from hypermappo.algos.coplayer import hindsight_goals, subgoal_at_reward, subgoal_targets
 from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
@@ -120,6 +120,23 @@ def test_subgoal_target_is_the_observation_h_steps_ahead_within_the_episode():
     target, valid = subgoal_targets(obs, end, 2)
     assert valid.flatten().tolist() == [True, False, False, True, False, False]
     assert target[0].item() == 2.0 and target[3].item() == 5.0
+
+
+def test_subgoal_at_reward_is_the_observation_at_the_next_rewarded_step_within_the_episode():
+    obs = torch.arange(6.0).view(6, 1, 1, 1)
+    reward = torch.tensor([0, 1.0, 0, 0, 0, 2.0]).view(6, 1, 1)
+    end = torch.tensor([0, 0, 0, 1, 0, 0], dtype=torch.bool).view(6, 1)  # ends after step 3
+    target, valid = subgoal_at_reward(obs, reward, end)
+    assert valid.flatten().tolist() == [True, True, False, False, True, True]
+    assert target.flatten()[[0, 1, 4, 5]].tolist() == [1.0, 1.0, 5.0, 5.0]
+
+
+def test_a_run_trains_either_subgoal(tmp_path):
+    for at in ("horizon", "reward"):
+        Experiment(_cfg([*ON, "coplayer.subgoal_weight=1.0", f"coplayer.subgoal_at={at}"]), tmp_path / at,
+                   quiet=True).run()
+        audit = json.loads((tmp_path / at / "summary.json").read_text())["audit"]
+        assert audit["passed"] and audit["loss_terms"]["coplayer_subgoal_loss"] == "non-zero"
 
 
 class GoalStagHunt:
@@ -266,6 +283,8 @@ def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, c
     (["coplayer.enabled=true", "coplayer.subgoal_horizon=3"], r"coplayer.subgoal_horizon=3 has no effect: it needs "
                                                              r"coplayer.subgoal_weight>0"),
     (["actor=hyper", "hyper.context=[coplayer]"], r"hyper.context: coplayer needs the co-player model"),
+    (["coplayer.enabled=true", "coplayer.subgoal_weight=1", "coplayer.subgoal_at=reward", "coplayer.subgoal_horizon=3"],
+     r"coplayer.subgoal_horizon=3 has no effect: it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon"),
     (["coplayer.enabled=true", "coplayer.memory=forever"], r"coplayer.memory: 'forever' is not one of"),
 ])
 def test_coplayer_config_mistakes_are_one_line_errors(overrides, expected):

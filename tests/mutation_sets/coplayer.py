@@ -64,4 +64,8 @@ def mutations(M):
         M("coplayer_eval_model_untrained", algo, "    if checkpoint is not None:\n", "    if False:\n",
           (T + "test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it",),
           "`hypermappo eval` of a fed run computes the belief with an untrained co-player model"),
+        M("coplayer_reward_subgoal_crosses_episode_end", algo,
+          "cur_valid = hit | (cur_valid & ~episode_end[t].unsqueeze(-1))", "cur_valid = hit | cur_valid",
+          (T + "test_subgoal_at_reward_is_the_observation_at_the_next_rewarded_step_within_the_episode",),
+          "the reward-event subgoal is taken from the next episode"),
     ]
