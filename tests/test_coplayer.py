@@ -193,8 +193,10 @@ def test_goal_loss_learns_hindsight_goals_of_a_partner_that_writes_none(tmp_path
 
 
 def test_goal_loss_on_an_env_without_goals_is_a_one_line_error(tmp_path):
-    with pytest.raises(UserError, match=r"coplayer.goal_weight: env 'staghunt' labels no goals"):
-        Experiment(_cfg([*ON, "coplayer.goal_weight=1.0"]), tmp_path / "run", quiet=True)
+    cfg = config_mod.build_config("mpe/simple_spread", [*TINY, "total_env_steps=160", *ON, "coplayer.goal_weight=1.0"])
+    with pytest.raises(UserError, match=r"coplayer.goal_weight: env 'mpe:simple_spread' labels no goals"):
+        Experiment(cfg, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
 
 
 # --------------------------------------------------------------------------- training
