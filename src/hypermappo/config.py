@@ -537,9 +537,10 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check(f"maddpg.{f.name}", maddpg, f"it is read only by algo=maddpg, got algo={cfg.algo!r}")
     for f in dataclasses.fields(PPOConfig):
         check(f"ppo.{f.name}", ppo, "algo=maddpg reads maddpg.* keys, not ppo.* (PPO settings)")
-    for name in ("every", "audit_updates"):  # MAPPO's diagnostics read its rollout; MADDPG has none
-        check(f"diagnostics.{name}", ppo, "the diagnostics and the live-component audit are MAPPO / IPPO "
-                                          "only, got algo='maddpg'")
+    for name in ("every", "audit_updates"):  # MAPPO's diagnostics read its rollout; MADDPG has none (0 = off is fine)
+        if getattr(cfg.diagnostics, name):
+            check(f"diagnostics.{name}", ppo, "the diagnostics and the live-component audit are MAPPO / IPPO "
+                                              "only, got algo='maddpg'")
     check("hyper.beta", ppo, "the KL alignment term is a PPO loss term, got algo='maddpg'")
     return out
 

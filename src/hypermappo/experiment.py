@@ -753,7 +753,7 @@ class Experiment:
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
             # an off-policy learner's replay buffer (with groups: in each group's entry)
-            "replay": self.buffer.state_dict() if self.primary.off_policy and not self.multi else None,
+            **({"replay": self.buffer.state_dict()} if self.primary.off_policy and not self.multi else {}),
             # until the audit has run: its parameter snapshot and the loss terms seen so far
             "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
             else None,

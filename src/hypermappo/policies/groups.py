@@ -354,7 +354,7 @@ class Learner:
                 "reset_mask": self.reset_mask, "prev_obs": self.prev_obs,
                 "diagnostics": self.diagnostics.state_dict(), "updates_done": self.updates_done,
                 "audit": self.audit.state_dict() if self.audit and with_audit else None,
-                "replay": self.buffer.state_dict() if self.off_policy else None}
+                **({"replay": self.buffer.state_dict()} if self.off_policy else {})}
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.actor.load_state_dict(sd["actor"])
