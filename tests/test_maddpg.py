@@ -72,13 +72,13 @@ def test_replay_respects_capacity_and_wraps_around():
                  terminal=torch.zeros(3, 2, dtype=torch.bool), next_obs=v[:, None, None].expand(3, 2, 1),
                  next_state=v[:, None], next_active=torch.ones(3, 2, dtype=torch.bool))
 
-    push(0)
+    push(1)
     assert (buf.size, buf.pos, buf.pushed) == (3, 3, 3)
     drawn = buf.sample(500, torch.Generator().manual_seed(0))["state"].flatten()
-    assert set(drawn.tolist()) == {0.0, 1.0, 2.0}  # only filled rows
+    assert set(drawn.tolist()) == {1.0, 2.0, 3.0}  # only filled rows (unfilled ones hold 0)
     push(10)  # rows 3, 4, then wraps to row 0
     assert (buf.size, buf.pos, buf.pushed) == (5, 1, 6)
-    assert buf.data["state"].flatten().tolist() == [12.0, 1.0, 2.0, 10.0, 11.0]
+    assert buf.data["state"].flatten().tolist() == [12.0, 2.0, 3.0, 10.0, 11.0]
     push(20)
     assert buf.data["state"].flatten().tolist() == [12.0, 20.0, 21.0, 22.0, 11.0]
     drawn = buf.sample(2000, torch.Generator().manual_seed(1))["state"].flatten()
@@ -233,3 +233,20 @@ def test_learner_groups_each_with_maddpg_and_a_scripted_one(tmp_path):
                 "policy: random}]")
     cfg = config_mod.build_config("mpe/simple_spread", [*SMALL, "total_env_steps=80", scripted])
     Experiment(cfg, tmp_path / "scripted", quiet=True).run()
+
+
+def test_time_limit_is_not_terminal_and_the_next_observation_is_the_final_one(tmp_path):
+    """simple_spread episodes end only by the 25-step limit: no replay row is terminal, and the last step's next
+    observation is the episode's final one, not the first of the next episode."""
+    cfg = config_mod.build_config("mpe/simple_spread", [*[o for o in SMALL if not o.startswith("rollout")],
+                                                        "rollout_length=25", "total_env_steps=100"])
+    exp = Experiment(cfg, tmp_path / "r", quiet=True)
+    exp._start_episodes()
+    exp.collect()
+    buf = exp.buffer
+    assert buf.pushed == 100 and not buf.data["terminal"][:100].any()
+    last = slice(96, 100)  # step 25 of the 4 envs: the time limit
+    assert not torch.equal(buf.data["next_obs"][last], exp.last.obs)  # exp.last: the new episodes
+    assert torch.equal(buf.data["next_obs"][92:96], buf.data["obs"][last])  # steps chain within an episode
+    exp.logger.close()
+    exp.run_lock.release()
