@@ -368,6 +368,8 @@ def _unknown_key(key: str, prefix: str, known: list[str]) -> UserError:
              + [k for k, name in leaves.items() if name in near and name != key])
     found = [k for k in dict.fromkeys(found) if k != prefix + key]
     close = difflib.get_close_matches(key, known, n=1)
+    if close and prefix and prefix + close[0] in found:  # a close key of this very section (ppo.lr_actr -> ppo.lr_actor)
+        found = [prefix + close[0]]
     if found and not (close and close[0] == key):
         hint = f" (did you mean {' or '.join(repr(k) for k in found[:4])}?)"
         if close and not any(k == prefix + close[0] for k in found):
