@@ -100,6 +100,11 @@ COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: GRU 
             "mappo-coplayer-fed": (["coplayer.enabled=true", "coplayer.feed=policy"],
                                    "as mappo-coplayer, belief appended to the actor's input")}
 COPLAYER_AT = [("mpe:simple_spread", 1024), ("staghunt", 1024)]
+# issue 16: MADDPG at its default maddpg.* settings (a gradient step of batch 1024 per 100 env steps), without the
+# warm-up so every timed update is steady state; Box actions as BenchMARL runs VMAS tasks (benchmarks/peers/)
+MADDPG = ["algo=maddpg", "actor=mlp", "maddpg.warmup_steps=0"]
+MADDPG_ENVS = ["mpe:simple_spread", "vmas:simple_spread"]
+MADDPG_CONTINUOUS = ("maddpg-continuous", "vmas:simple_spread", [16, 128])
 
 
 def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[str], note: str = "",
@@ -129,6 +134,13 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     for c_env, c_e in COPLAYER_AT:
         for name, (overrides, note) in COPLAYER.items():
             cases.append(case(name, c_env, c_e, threads, [*VARIANTS["mappo"], *overrides], note=note))
+    for m_env in MADDPG_ENVS:
+        for m_e in num_envs:
+            cases.append(case("maddpg", m_env, m_e, threads, MADDPG))
+    name, c_env, c_es = MADDPG_CONTINUOUS
+    for m_e in c_es:
+        cases.append(case(name, c_env, m_e, threads, [*MADDPG, "env_kwargs={continuous_actions: true}"],
+                          note="Box actions"))
     cases.append(case(f"{v}+diag", env, e, threads, VARIANTS[v], diag=True,
                       note="default diagnostics (every update) and audit"))
     cases.append(case("ippo-jaxmarl", "mpe:simple_spread", 16, threads, JAXMARL,
@@ -209,7 +221,12 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
             collect.append(c_s), update.append(u_s), diag.append(d_s), cpu_e2e.append(sum(cpu))
             f0 = clock()
             for g in exp.groups:  # the floor: update only, same batch
-                if g.learning:
+                if g.learning and g.learner.off_policy:  # as many gradient steps as the update just ran, uncounted
+                    algo = g.learner.algo
+                    done = algo.gradient_steps
+                    algo.update(g.learner.buffer, g.learner.batch_generator, steps=algo.last_steps)
+                    algo.gradient_steps, algo.last_steps = done, algo.last_steps
+                elif g.learning:
                     g.learner.algo.update(g.learner.buffer, g.learner.batch_generator)
             f1 = clock()
             floor.append(f1[0] - f0[0]), cpu_floor.append(f1[1] - f0[1])
@@ -361,6 +378,10 @@ def markdown(rows: list[dict], meta: dict, must: list[dict], baseline: dict | No
            "noted. `env-steps per CPU-s`: the same rate per second of the process's CPU time, which a busy machine "
            "does not inflate (for 1 thread, about what an idle core would give). Peak RSS: the row's process "
            "high-water mark (imports included).")
+    if any(r["variant"].startswith("maddpg") for r in rows):
+        how += (" `maddpg` rows: T=25 steps per update, then the gradient steps due (default maddpg.* settings: one "
+                "of batch 1024 per 100 env steps, replay 200k; no warm-up, so every timed update learns); their floor "
+                "is the same number of gradient steps without collection.")
     if meta.get("repeat", 1) > 1:
         how += (f" Repeated: {meta['repeat']} rounds, each running every row once in a fresh process; a row shows "
                 "its median round, and `vs MAPPO` is the median over rounds of the ratio to MAPPO's row of the same "

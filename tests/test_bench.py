@@ -40,3 +40,16 @@ def test_cli_bench_is_the_same_harness(capsys):
         cli_main(["bench", "--help"])
     assert exit_info.value.code == 0
     assert "--only" in capsys.readouterr().out
+
+
+def test_harness_has_maddpg_rows_with_a_floor_of_the_same_gradient_steps(tmp_path):
+    bench = _harness()
+    code = bench.main(["--quick", "--threads", "1", "--only", "maddpg/mpe:simple_spread/16", "--out", str(tmp_path),
+                       "--name", "m", "--set", "maddpg.batch_size=64"])
+    assert code == 0
+    (row,) = json.loads((tmp_path / "m.json").read_text())["rows"]
+    assert "skipped" not in row, row.get("skipped")
+    assert row["e2e_sps"] > 0 and row["floor_sps"] > row["e2e_sps"]  # the floor excludes collection
+    assert row["update_s"] > 0.1 * row["collect_s"]  # the timed updates ran gradient steps (no warm-up)
+    assert 0.3 < row["floor_s"] / row["update_s"] < 3  # the floor: as many gradient steps as the update
+    assert "| maddpg | mpe:simple_spread | 16 | 1 |" in (tmp_path / "m.md").read_text()

@@ -75,6 +75,29 @@ class PPOConfig:
 
 
 @dataclass
+class MADDPGConfig:
+    """MADDPG hyperparameters (algo=maddpg; see algos/maddpg.py)."""
+
+    lr_actor: float = opt(1e-3, "actor learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    lr_critic: float = opt(1e-3, "critic learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    gamma: float = opt(0.95, "discount factor", min=0.0, max=1.0)
+    tau: float = opt(0.01, "Polyak rate of the target actor and critic (1 = copy every gradient step)", min=0.0,
+                     min_exclusive=True, max=1.0)
+    batch_size: int = opt(1024, "replay samples (env steps of a group, all its agents) per gradient step", min=1)
+    buffer_size: int = opt(200_000, "replay capacity in env steps (rows of all agents); the oldest are overwritten",
+                           min=1)
+    warmup_steps: int = opt(25_000, "env steps (summed over envs) collected before the first gradient step", min=0)
+    update_interval: int = opt(100, "env steps (summed over envs) per gradient step after the warm-up", min=1)
+    max_grad_norm: float = opt(0.5, "gradient-norm clip for actor and critic (0 = off)", min=0.0)
+    gumbel_temperature: float = opt(1.0, "straight-through Gumbel-softmax temperature (discrete actions)", min=0.0,
+                                    min_exclusive=True, max=100.0)
+    noise_std: float = opt(0.1, "Gaussian exploration noise, as a fraction of half the Box range (continuous "
+                                "actions), clipped to the bounds", min=0.0, max=10.0)
+    logit_reg: float = opt(1e-3, "weight of the mean squared policy output (logits / means) in the actor loss",
+                           min=0.0, max=10.0)
+
+
+@dataclass
 class ModelConfig:
     """Actor network (and the critic's trunk unless `critic.hidden_sizes` says otherwise)."""
 
@@ -207,7 +230,7 @@ class Config:
     env: str = opt("matrix:climbing", "environment string, e.g. mpe:simple_spread, mpe2:simple_spread_v3, "
                                       "vmas:navigation, staghunt, matrix:climbing, smax:3m")
     env_kwargs: dict = opt({}, "keyword arguments for the environment")
-    algo: str = opt("mappo", "algorithm", choices=["mappo", "ippo"])
+    algo: str = opt("mappo", "algorithm", choices=["mappo", "ippo", "maddpg"])
     actor: str = opt("mlp", "actor architecture", choices=list(ACTORS))
     seed: int = opt(0, "seed of every random source in the run", min=0)
     run_dir: str = opt("", "run directory; empty = runs/<env>_<algo>_<actor>_s<seed>_<time>")
@@ -223,6 +246,7 @@ class Config:
     eval_episodes: int = opt(32, "episodes per evaluation (run in parallel, deterministic actions)", min=1)
     checkpoint_interval: int = opt(50, "checkpoint every this many updates (0 = only at the end)", min=0)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    maddpg: MADDPGConfig = field(default_factory=MADDPGConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     hyper: HyperConfig = field(default_factory=HyperConfig)
@@ -378,6 +402,8 @@ def _unknown_key(key: str, prefix: str, known: list[str]) -> UserError:
              + [k for k, name in leaves.items() if name in near and name != key])
     found = [k for k in dict.fromkeys(found) if k != prefix + key]
     close = difflib.get_close_matches(key, known, n=1)
+    if close and prefix and prefix + close[0] in found:  # a close key of this very section (ppo.lr_actr -> ppo.lr_actor)
+        found = [prefix + close[0]]
     if found and not (close and close[0] == key):
         hint = f" (did you mean {' or '.join(repr(k) for k in found[:4])}?)"
         if close and not any(k == prefix + close[0] for k in found):
@@ -550,6 +576,18 @@ def unused_keys(cfg: Config) -> dict[str, str]:
     check("log.wandb_project", cfg.log.wandb, "it needs log.wandb=true")
     for name in ("grad_cos_samples", "snd_pool"):
         check(f"diagnostics.{name}", cfg.diagnostics.every > 0, "diagnostics are off (diagnostics.every=0)")
+    # run-level algorithm keys are read when the run or any policy group (`algo:` in its entry) uses that algorithm
+    algos = {cfg.algo} | {g.get("algo", cfg.algo) for g in cfg.groups if isinstance(g, dict)}
+    maddpg, ppo = "maddpg" in algos, bool(algos - {"maddpg"})
+    for f in dataclasses.fields(MADDPGConfig):
+        check(f"maddpg.{f.name}", maddpg, f"it is read only by algo=maddpg, got algo={cfg.algo!r}")
+    for f in dataclasses.fields(PPOConfig):
+        check(f"ppo.{f.name}", ppo, "algo=maddpg reads maddpg.* keys, not ppo.* (PPO settings)")
+    for name in ("every", "audit_updates"):  # MAPPO's diagnostics read its rollout; MADDPG has none (0 = off is fine)
+        if getattr(cfg.diagnostics, name):
+            check(f"diagnostics.{name}", ppo, "the diagnostics and the live-component audit are MAPPO / IPPO "
+                                              "only, got algo='maddpg'")
+    check("hyper.beta", ppo, "the KL alignment term is a PPO loss term, got algo='maddpg'")
     return out
 
 
@@ -564,6 +602,20 @@ def validate(cfg: Config) -> None:
                         f"got {cfg.critic.input!r} (use algo=mappo for a centralised critic)")
     if cfg.algo == "mappo" and cfg.critic.input == "obs":
         raise UserError("critic.input: obs makes the critic decentralised; use algo=ippo for that")
+    if cfg.algo == "maddpg":
+        if cfg.actor != "mlp":
+            raise UserError(f"actor: algo=maddpg supports actor=mlp (shared or per-agent weights), got {cfg.actor!r}")
+        if cfg.critic.input == "obs":
+            raise UserError("critic.input: algo=maddpg has a centralised critic; obs is not one of its inputs "
+                            "(use auto, state, state_agent_id, state_obs_agent_id or obs_concat)")
+        if cfg.critic.recurrent == "on":
+            raise UserError("critic.recurrent: algo=maddpg has a feed-forward critic, got 'on'")
+        if cfg.coplayer.enabled:
+            raise UserError("coplayer.enabled: the co-player model trains next to MAPPO/IPPO learners; "
+                            "algo=maddpg does not support it yet")
+        if cfg.maddpg.buffer_size < cfg.num_envs:
+            raise UserError(f"maddpg.buffer_size: {cfg.maddpg.buffer_size} is smaller than one step of all envs "
+                            f"(num_envs={cfg.num_envs})")
     if not cfg.model.hidden_sizes:
         raise UserError("model.hidden_sizes: expected at least one hidden layer width")
     if any(h < 1 for h in cfg.model.hidden_sizes + cfg.critic.hidden_sizes):

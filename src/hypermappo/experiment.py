@@ -350,7 +350,7 @@ class Experiment:
         returns, extras = [], {}
         group_returns: dict[str, list] = {g.name: [] for g in self.groups}
         learning = [g for g in self.groups if g.learning]
-        bootstrap = any(g.learner.cfg.ppo.bootstrap_truncated for g in learning)
+        bootstrap = any(g.learner.off_policy or g.learner.cfg.ppo.bootstrap_truncated for g in learning)
         for t in range(cfg.rollout_length):
             pending, parts = {}, []
             for g in self.groups:
@@ -389,6 +389,8 @@ class Experiment:
         self.last = s
         for g in learning:
             L = g.learner
+            if L.off_policy:  # its replay buffer needs no returns
+                continue
             last_values, _ = L.critic(g.take(s.obs), s.state, L.critic_h, L.reset_mask, active=g.take(s.active))
             L.algo.compute_returns(L.buffer, last_values)
         self.env_steps += cfg.rollout_length * cfg.num_envs
@@ -415,6 +417,10 @@ class Experiment:
         """A learning group's batched actor + critic forward on its slots, stored at step t of its buffer."""
         L = g.learner
         obs, available, active = g.take(s.obs), g.take(s.available_actions), g.take(s.active)  # [E, K, ...]
+        if L.off_policy:  # MADDPG: exploration actions; the transition is pushed once the step is taken
+            actions = L.algo.explore(obs, available)
+            return actions, (dict(obs=obs, state=s.state, available=available, active=active, actions=actions),
+                             None, active)
         if L.coplayer is not None:  # the critic reads the env's obs; the actor this, with the belief when fed
             partners = torch.stack([h.partner_id for h in self.groups], -1) if self.multi else None  # [E, G]
             actor_obs = L.coplayer.act(t, obs, L.reset_mask, partners)
@@ -435,6 +441,9 @@ class Experiment:
         """The group's own agents' rewards and ends of the step just taken -> its buffer (`truncated`: some env
         hit its time limit and some learner bootstraps)."""
         L = g.learner
+        if L.off_policy:
+            self._replay_push(g, nxt, out)
+            return
         reward, dones = transition_targets(L.death, g.take(nxt.reward), g.take(nxt.done), active,
                                            nxt.terminated | nxt.truncated)  # [E, K] each
         if truncated and L.cfg.ppo.bootstrap_truncated:
@@ -446,6 +455,21 @@ class Experiment:
         L.buffer.insert(t, rewards=reward, dones=dones)
         L.reset_mask = dones
         L.actor_h, L.critic_h = out.hidden, critic_h
+
+    def _replay_push(self, g, nxt: EnvStep, row: dict) -> None:
+        """One transition per env into an off-policy learner's replay buffer: the next observation is the final
+        one where the episode ended; an agent's target ends (terminal) at its death or a real end, not at a time
+        limit it survives."""
+        ended = nxt.terminated | nxt.truncated  # [E]
+        final_obs = nxt.final_obs if nxt.final_obs is not None else nxt.obs
+        final_state = nxt.final_state if nxt.final_state is not None else nxt.state
+        final_active = nxt.final_active if nxt.final_active is not None else nxt.active
+        next_active = g.take(torch.where(ended[:, None], final_active, nxt.active))  # [E, K]
+        survives_limit = (nxt.truncated & ~nxt.terminated)[:, None] & next_active  # [E, K]
+        g.learner.buffer.push(**row, reward=g.take(nxt.reward), terminal=g.take(nxt.done) & ~survives_limit,
+                              next_obs=g.take(torch.where(ended[:, None, None], final_obs, nxt.obs)),
+                              next_state=torch.where(ended[:, None], final_state, nxt.state),
+                              next_active=next_active, next_available=g.take(nxt.available_actions))
 
     def _scatter(self, parts: list[torch.Tensor]) -> torch.Tensor:
         """Each group's actions [E, K, ...] into one [E, N, ...] tensor for env.step."""
@@ -603,7 +627,7 @@ class Experiment:
             for g in learning:
                 L = g.learner
                 L.actor.train(), L.critic.train()
-                if diag_due:
+                if diag_due and not L.off_policy:
                     diag.update(self._prefix(g, L.diagnostics.before_update(L.buffer, L.algo.recurrent)))
                 auditing = L.audit is not None and L.updates_done < cfg.diagnostics.audit_updates
                 L.algo.after_backward = L.audit.observe_grads if auditing else None  # no cost after the audit
@@ -626,7 +650,8 @@ class Experiment:
             if diag_due:
                 for g in learning:
                     L = g.learner
-                    diag.update(self._prefix(g, L.diagnostics.after_update(L.buffer, L.algo.recurrent)))
+                    if not L.off_policy:
+                        diag.update(self._prefix(g, L.diagnostics.after_update(L.buffer, L.algo.recurrent)))
             diag_s = (t_update - t1) + (time.perf_counter() - t2)  # diagnostics, excluded from train_sps
             self.update += 1
             for g in learning:
@@ -762,6 +787,8 @@ class Experiment:
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
             **({"coplayer": self.primary.coplayer.state_dict()} if self.primary.coplayer is not None else {}),
+            # an off-policy learner's replay buffer (with groups: in each group's entry)
+            **({"replay": self.buffer.state_dict()} if self.primary.off_policy and not self.multi else {}),
             # until the audit has run: its parameter snapshot and the loss terms seen so far
             "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
             else None,
@@ -834,6 +861,8 @@ class Experiment:
         self.recent_returns.extend(sd["recent_returns"])
         self.diagnostics.load_state_dict(sd["diagnostics"])
         self.primary.updates_done = sd["update"]  # a run without groups: its learner learnt at every update
+        if self.primary.off_policy and not self.multi:
+            self.buffer.load_state_dict(sd["replay"])
         self.summary_extra = sd["summary_extra"]
         rng = sd["rng"]
         torch.set_rng_state(rng["torch"].cpu())

@@ -17,7 +17,8 @@ Config rules (`check_group_specs`, all before a run starts; `resolve_slots` once
   every slot belongs to exactly one group.
 - `kind` is learner (default), scripted (needs `policy`, optional `params`) or frozen (needs `run_dir`,
   optional `group`: which group of that run to load; default its first learner).
-- learners may override `actor`, `algo` and the `model`, `critic`, `ppo`, `hyper` sections; other kinds may not.
+- learners may override `actor`, `algo` and the `model`, `critic`, `ppo`, `hyper`, `maddpg` sections; other kinds
+  may not (`algo: maddpg` gives a group MADDPG: its critic reads the state and its own agents' actions).
 - `switch`: a list of `{at_step, kind, policy / params / run_dir / group}` with increasing `at_step`; a switch
   takes effect at the first rollout that starts at env step >= at_step. A switch to learner uses the group's
   learner settings (built at the start, so a group that learns, is switched away and back keeps its learner).
@@ -39,7 +40,7 @@ from hypermappo.errors import UserError
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
 
 KINDS = ("learner", "scripted", "frozen")
-LEARNER_KEYS = ("actor", "algo", "model", "critic", "ppo", "hyper")
+LEARNER_KEYS = ("actor", "algo", "model", "critic", "ppo", "hyper", "maddpg")
 PHASE_KEYS = {"learner": set(), "scripted": {"policy", "params"}, "frozen": {"run_dir", "group"}}
 GROUP_KEYS = {"name", "agents", "kind", "switch", *LEARNER_KEYS, "policy", "params", "run_dir", "group"}
 SWITCH_KEYS = {"at_step", "kind", "policy", "params", "run_dir", "group"}
@@ -109,7 +110,7 @@ def _group_config(cfg, where: str, entry: dict):
     gcfg = copy.deepcopy(cfg)
     gcfg.groups = []
     top = {k: entry[k] for k in ("actor", "algo") if k in entry}
-    sections = {k: entry[k] for k in ("model", "critic", "ppo", "hyper") if k in entry}
+    sections = {k: entry[k] for k in ("model", "critic", "ppo", "hyper", "maddpg") if k in entry}
     config_mod.apply_dict(gcfg, top, f"{where}.")
     for key, value in sections.items():
         if not isinstance(value, dict):
@@ -119,7 +120,11 @@ def _group_config(cfg, where: str, entry: dict):
         config_mod.validate(gcfg)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-    for message in config_mod.unused_keys(gcfg).values():
+    run_unused = config_mod.unused_keys(cfg)
+    for key, message in config_mod.unused_keys(gcfg).items():
+        section = key.split(".")[0]
+        if section in ("ppo", "maddpg", "diagnostics") and section not in entry and key not in run_unused:
+            continue  # a run-level key that groups of another algorithm read
         if any(k in entry for k in LEARNER_KEYS):
             raise UserError(f"{where}: {message}")
     return gcfg
@@ -305,6 +310,10 @@ class Learner:
                                             device, batch_seed)
             actor_spec = widened_spec(spec, belief_dim(cfg))
         self.actor = build_actor(cfg.actor, actor_spec, cfg).to(device)
+        self.off_policy = cfg.algo == "maddpg"
+        if self.off_policy:
+            self._build_maddpg(cfg, spec, num_envs, device, batch_seed)
+            return
         self.critic = Critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
         self.algo = MAPPO(self.actor, self.critic, cfg)
@@ -336,6 +345,27 @@ class Learner:
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0  # its own updates (a group switched to learner later starts at 0; the audit counts these)
 
+    def _build_maddpg(self, cfg, spec, num_envs: int, device, batch_seed: int) -> None:
+        """MADDPG's learner: Q critic, target networks, replay buffer; no diagnostics or audit (MAPPO-only)."""
+        from hypermappo.algos.maddpg import MADDPG, QCritic
+        from hypermappo.diagnostics import Diagnostics
+        from hypermappo.experiment import action_layout
+        from hypermappo.storage.replay import ReplayBuffer
+
+        self.critic = QCritic(spec, cfg).to(device)
+        self.algo = MADDPG(self.actor, self.critic, cfg, spec)
+        self.death = "agent"  # a dead agent's target ends at its death; its later steps are masked out
+        self.batch_generator = torch.Generator().manual_seed(batch_seed)  # replay sampling
+        action_shape, action_dtype = action_layout(spec.action_space)
+        n_avail = int(spec.action_space.n) if spec.has_available_actions else 0
+        self.buffer = ReplayBuffer(cfg.maddpg.buffer_size, spec.num_agents, spec.obs_dim, spec.state_dim,
+                                   action_shape, action_dtype, n_avail, device)
+        self.store_dist_params = self.store_prev_obs = False
+        self.diagnostics = Diagnostics(self.actor, cfg, spec)  # never run (its state is checkpointed as for MAPPO)
+        self.audit = None
+        self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
+        self.updates_done = 0
+
     def start(self, obs: torch.Tensor) -> None:
         """Fresh episodes: zero recurrent state, every slot reset. obs: [E, K, obs_dim]."""
         E, K = obs.shape[:2]
@@ -353,7 +383,8 @@ class Learner:
                 "reset_mask": self.reset_mask, "prev_obs": self.prev_obs,
                 "diagnostics": self.diagnostics.state_dict(), "updates_done": self.updates_done,
                 "audit": self.audit.state_dict() if self.audit and with_audit else None,
-                **({"coplayer": self.coplayer.state_dict()} if self.coplayer is not None else {})}
+                **({"coplayer": self.coplayer.state_dict()} if self.coplayer is not None else {}),
+                **({"replay": self.buffer.state_dict()} if self.off_policy else {})}
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.actor.load_state_dict(sd["actor"])
@@ -362,6 +393,8 @@ class Learner:
         self.batch_generator.set_state(sd["batch"].cpu())
         self.diagnostics.load_state_dict(sd["diagnostics"])
         self.updates_done = sd["updates_done"]
+        if self.off_policy:
+            self.buffer.load_state_dict(sd["replay"])
         if sd.get("audit") is not None and self.audit is not None:
             self.audit.load_state_dict(sd["audit"])
         if with_episode_state:
