@@ -179,3 +179,15 @@ def test_evaluation_of_a_population_run_lets_the_members_take_turns_over_episode
     stats = exp.evaluate()
     assert seen and all(torch.equal(p, torch.tensor([0, 1, 2, 0, 1, 2, 0])) for p in seen)
     assert set(stats["group_returns"]) == {"learner", "partner"}
+
+
+def test_only_envs_whose_episode_ended_draw_a_new_member():
+    """Envs end at different steps in general (the stag hunt's do not): the others keep their member."""
+    partner_id = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    ended = torch.tensor([True, False, True, False, False, True, False, False])
+    g = torch.Generator().manual_seed(0)
+    draws = [population_mod.resample_ended(partner_id, ended, 3, g) for _ in range(20)]
+    for d in draws:
+        assert torch.equal(d[~ended], partner_id[~ended])
+    assert len({tuple(d[ended].tolist()) for d in draws}) > 1  # the ended envs do draw
+    assert population_mod.resample_ended(partner_id, torch.zeros(8, dtype=torch.bool), 3, g) is partner_id
