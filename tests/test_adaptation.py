@@ -75,3 +75,18 @@ def test_a_run_without_a_partner_group_is_refused(tmp_path):
     Experiment(cfg, tmp_path / "plain", quiet=True).run()
     with pytest.raises(UserError, match="has no groups, so no partner slot"):
         adapt(tmp_path / "plain", ["scripted:random"])
+
+
+def test_sampled_partners_are_reproducible_and_without_a_coplayer_model_memory_changes_nothing(run):
+    """A frozen partner samples its actions (as in training), as does the learner with deterministic=False:
+    both draw from a generator seeded per call, so the memory settings face the same draws."""
+    torch.manual_seed(123)
+    report = adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, deterministic=False)
+    on, off = report["results"]
+    torch.manual_seed(456)  # the caller's random state does not matter
+    again = adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, memory=(True,), deterministic=False)
+    assert again["results"][0]["return"] == on["return"]
+    assert (on["memory"], off["memory"]) == (True, False)
+    assert on["return"] == off["return"] and on["team_return"] == off["team_return"]
+    assert adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, memory=(True,), deterministic=False,
+                 seed=5)["results"][0]["return"] != on["return"]

@@ -97,7 +97,14 @@ class HeldOutMatch:
     def play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool = True) -> dict:
         """`episodes` (K) consecutive episodes in every env against `partner` (a groups.Phase member).
 
-        Returns {"return": [E, K], "team": [E, K]} tensors (learner-group and team return of episode k)."""
+        Returns {"return": [E, K], "team": [E, K]} tensors (learner-group and team return of episode k). Sampled
+        actions (a frozen partner's, the learner's when not `deterministic`) draw from torch's global generator,
+        seeded with `seed` here and restored afterwards: every memory setting faces the same partner draws."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self._play(partner, episodes, memory, seed, deterministic)
+
+    def _play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool) -> dict:
         from hypermappo.policies.population import Population
 
         E, K, device = self.env.num_envs, episodes, self.device

@@ -74,4 +74,7 @@ def mutations(M):
           "running = running + s.reward.sum(-1)",
           (f"{T_ADAPT}::test_the_first_episode_is_the_runs_own_evaluation_and_later_ones_continue_the_envs",),
           "the learner's return summed over all agents"),
+        M("adapt_partner_draws_unseeded", ADAPT, "            torch.manual_seed(seed)\n", "",
+          (f"{T_ADAPT}::test_sampled_partners_are_reproducible_and_without_a_coplayer_model_memory_changes_nothing",),
+          "memory on / off face different partner draws"),
     ]
