@@ -55,7 +55,7 @@ def test_parallel_api_and_render():
         assert all(env.observation_space(a).contains(o) for a, o in obs.items())
         assert set(rew) == set(env.possible_agents)
     assert all(trunc.values()) and env.agents == []
-    assert set(info["hunter_0"]) == {"stag_captures", "hare_captures"}
+    assert set(info["hunter_0"]) == {"stag_captures", "hare_captures", "goal_event"}
 
 
 def test_parallel_env_seeding_is_reproducible():

@@ -209,6 +209,8 @@ def play(env, sides: list[tuple[object, list[int]]], episodes: int, seed: int, d
             returns.append(step.episode_return[done])
             side_returns.append(running[done])
             for k, v in step.extras.items():
+                if v.dim() != 1:  # per-agent extras such as goal_event [E, N] are no episode statistics
+                    continue
                 extras.setdefault(k, []).append(v[done].float())
             running = running * (~done).unsqueeze(-1)
             finished += int(done.sum())

@@ -47,6 +47,8 @@ def play_episodes(cfg, episodes: int, act: Callable, device=None, render_env: in
             returns = torch.where(newly, s.episode_return, returns)
             lengths = torch.where(newly, s.episode_length, lengths)
             for k, v in s.extras.items():
+                if v.dim() != 1:  # per-agent extras such as goal_event [E, N] are no episode statistics
+                    continue
                 extras[k] = torch.where(newly, v.float(), extras.get(k, torch.zeros_like(v, dtype=torch.float32)))
             finished |= newly
         if progress is not None:

@@ -30,6 +30,9 @@ How a ParallelEnv maps onto the VecEnv contract of `vec.py`:
   when every alive agent always gets the same reward, the team's; it sets `spec.team_reward`, so
   `ppo.death=auto` keeps dead agents in the episode with the team reward, see `algos/death.py`).
 - Third-party env state cannot be saved: `spec.can_save_state` is False.
+- Goal labels: an env with a non-empty attribute `goal_names` (list of str) labels goals; it sets
+  `spec.goal_names`, and `infos[agent]["goal_event"]` (int goal index the agent completed in the step just
+  taken; missing or -1: none) becomes `extras["goal_event"]` [E, N] int64 of every EnvStep (-1 at reset).
 
 The vectorisers only talk to `SingleEnvAdapter`, so other backends (`gym_multiagent.py`) reuse them.
 """
@@ -75,6 +78,7 @@ class SingleEnvAdapter:
     """
 
     spec: EnvSpec
+    goal_event: np.ndarray | None = None  # [N] int64 goal completed in the last step (-1 none); None: no goal labels
 
     # --- to implement ---------------------------------------------------------------------
     def reset(self, seed: int | None) -> None:
@@ -250,6 +254,10 @@ class ParallelEnvAdapter(SingleEnvAdapter):
         self._write_observations(observations, infos)
         self._start_episode(self._present())
         self._probe_state_dim()
+        goal_names = list(getattr(env, "goal_names", None) or [])
+        if goal_names:
+            self.spec.goal_names = [str(g) for g in goal_names]
+            self.goal_event = np.full(self.spec.num_agents, -1, np.int64)
 
     def env_state(self) -> np.ndarray | None:
         return np.asarray(self.env.state(), np.float32).reshape(-1) if self.has_env_state else None
@@ -273,6 +281,8 @@ class ParallelEnvAdapter(SingleEnvAdapter):
 
     def reset(self, seed: int | None) -> None:
         observations, infos = self.env.reset(seed=seed)
+        if self.goal_event is not None:
+            self.goal_event.fill(-1)
         self.obs.fill(0.0)
         self.env_masks.fill(True)
         self._write_observations(observations, infos)
@@ -296,6 +306,11 @@ class ParallelEnvAdapter(SingleEnvAdapter):
         for name, flag in truncations.items():
             truncated[self.slot_of[name]] = flag
         reward *= acted
+        if self.goal_event is not None:
+            self.goal_event.fill(-1)
+            for name, info in (infos or {}).items():
+                if isinstance(info, dict) and info.get("goal_event") is not None and name in self.slot_of:
+                    self.goal_event[self.slot_of[name]] = int(info["goal_event"])
         self._write_observations(observations, infos)
         done, env_terminated, env_truncated = self._finish_step(acted, terminated, truncated, self._present())
         return reward, done, env_terminated, env_truncated
@@ -326,6 +341,8 @@ class _BatchLayout:
                   "final_obs": (n, d), "final_state": (s,), "final_active": (n,)}
         if spec.has_available_actions:
             shapes["available_actions"] = (n, int(spec.action_space.n))
+        if spec.goal_names:
+            shapes["goal_event"] = (n,)
         self.num_envs = num_envs
         self.blocks: dict[str, tuple[int, tuple[int, ...]]] = {}  # name -> (offset, per-env shape)
         offset = 0
@@ -377,6 +394,8 @@ class _EnvGroup:
             self.episodes[k] = 0
             adapter.reset(self._episode_seed(k))
             adapter.write_obs(v["obs"], v["state"], v["active"], v.get("available_actions"))
+            if "goal_event" in v:
+                v["goal_event"][:] = -1
         return self.buffer
 
     def step(self, actions: np.ndarray) -> np.ndarray:
@@ -388,6 +407,8 @@ class _EnvGroup:
             v["done"][:] = done
             v["terminated"][0] = terminated
             v["truncated"][0] = truncated
+            if "goal_event" in v:
+                v["goal_event"][:] = adapter.goal_event  # of the step just taken, before any auto-reset
             if terminated or truncated:
                 adapter.write_obs(v["final_obs"], v["final_state"], v["final_active"], None)
                 self.episodes[k] += 1
@@ -580,13 +601,16 @@ class AdapterVecEnv(VecEnv):
     def _available(self, f: dict) -> torch.Tensor | None:
         return f["available_actions"].bool() if self.spec.has_available_actions else None
 
+    def _extras(self, f: dict) -> dict:
+        return {"goal_event": f["goal_event"].long()} if "goal_event" in f else {}
+
     def reset(self, seed: int | None = None) -> EnvStep:
         f = self._fields(self._envs.reset(seed))
         self.tracker.reset_all()
         no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)  # [E]
         return EnvStep(obs=f["obs"], state=f["state"], active=f["active"].bool(), reward=f["reward"],
                        done=f["done"].bool(), terminated=no, truncated=no.clone(), episode_done=no.clone(),
-                       available_actions=self._available(f))
+                       available_actions=self._available(f), extras=self._extras(f))
 
     def step(self, actions: torch.Tensor) -> EnvStep:
         if isinstance(self.spec.action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
@@ -602,7 +626,8 @@ class AdapterVecEnv(VecEnv):
                        done=f["done"].bool(), terminated=terminated, truncated=truncated,
                        available_actions=self._available(f), final_obs=f["final_obs"],
                        final_state=f["final_state"], final_active=f["final_active"].bool(),
-                       episode_done=episode_done, episode_return=episode_return, episode_length=episode_length)
+                       episode_done=episode_done, episode_return=episode_return, episode_length=episode_length,
+                       extras=self._extras(f))
 
     def render(self, env_index: int = 0) -> np.ndarray:
         if not self.spec.can_render:

@@ -22,6 +22,7 @@ from hypermappo.errors import UserError
 BACKENDS: dict[str, tuple[str, str]] = {
     "matrix": ("hypermappo.envs.matrix", "repeated matrix games, batched in torch"),
     "staghunt": ("hypermappo.envs.staghunt", "stag-hunt gridworld, batched in torch"),
+    "coingame": ("hypermappo.envs.coingame", "coin game (LOLA), two players, general-sum, batched in torch"),
     "mpe": ("hypermappo.envs.mpe_torch", "MPE scenarios re-implemented batched in torch (mpe2 semantics)"),
     "mpe2": ("hypermappo.envs.pettingzoo:make_mpe2", "mpe2 PettingZoo envs through the PettingZoo adapter"),
     "pettingzoo": ("hypermappo.envs.pettingzoo:make_pettingzoo", "any PettingZoo ParallelEnv factory `module:function`"),

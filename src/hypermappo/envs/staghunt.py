@@ -15,6 +15,20 @@ Rules (env string `staghunt`):
   standing on a caught hare gets `hare_reward`; the others get nothing. A stag pays every hunter
   in it 10x what a hare pays its hunter, so hunting it together is the better joint outcome.
   Every hunter also pays `step_penalty` (default 0) each step.
+- Snowdrift payoffs (`payoff="snowdrift"`, default `payoff="staghunt"`): a Markov snowdrift game. Clearing
+  the snowdrift = catching the stag: one hunter can do it alone (`stag_min_hunters` defaults to 1), the benefit
+  `stag_reward` (b) goes to *every* hunter, and the hunters on the caught stag share its cost `stag_cost` (c,
+  default 6.0; 0 < c < b required) equally. Per stag caught by two hunters: T = b to the one who stayed away
+  (temptation), R = b - c/2 to each of two catchers (reward), S = b - c to a lone catcher (sucker),
+  P = 0 to all when nobody goes (punishment): T > R > S > P, the snowdrift ordering (the stag hunt's is
+  R > T >= P > S) -- each hunter prefers the other to do the work, but doing it alone beats nobody doing it.
+  Hares pay `hare_reward` to their catchers as with `shared_reward=False`; rewards are individual
+  (`shared_reward` defaults to false and cannot be true). Preset: `hypermappo train staghunt/snowdrift`.
+- Goal labels (`spec.goal_names = ["stag", "hare"]`, "which prey a hunter is going for" by kind, since a
+  caught prey respawns elsewhere and its slot says nothing lasting): `extras["goal_event"]` [E, H] int64 in
+  every EnvStep is 0 for a hunter standing on a stag caught this step, 1 on a caught hare (0 when it caught
+  both on one cell), -1 otherwise (also at reset). The scripted rules `staghunt_stag` / `staghunt_hare` write
+  their target kind into `ScriptedContext.goal`; for learned hunters the next goal_event is the label.
 - Caught prey respawns on a uniformly random cell holding no hunter and no other prey
   (`respawn=True`, default) or disappears (`respawn=False`; the episode then *terminates* once all
   prey is gone). Each step every stag moves with probability `stag_move_prob` (default 0) one cell
@@ -49,13 +63,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pettingzoo import ParallelEnv
 
+from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
 from hypermappo.errors import UserError
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN32 = 0x9E3779B9
+GOAL_NAMES = ("stag", "hare")  # goal indices of extras["goal_event"] / ScriptedContext.goal
+STAG_GOAL, HARE_GOAL = 0, 1
 # stay, up, down, left, right as (d_row, d_col)
 _MOVES = [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]]
 
@@ -94,10 +110,11 @@ class StagHuntVecEnv(VecEnv):
     """E stag-hunt gridworlds stepped together with tensor ops (rules in the module docstring)."""
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 5, n_hunters: int = 2,
-                 n_stags: int = 1, n_hares: int = 2, stag_min_hunters: int = 2, stag_reward: float = 10.0,
-                 hare_reward: float = 1.0, shared_reward: bool = True, step_penalty: float = 0.0,
+                 n_stags: int = 1, n_hares: int = 2, stag_min_hunters: int | None = None, stag_reward: float = 10.0,
+                 hare_reward: float = 1.0, shared_reward: bool | None = None, step_penalty: float = 0.0,
                  respawn: bool = True, stag_move_prob: float = 0.0, episode_length: int = 25,
-                 observation: str = "full", view_radius: int = 2, env_offset: int = 0):
+                 observation: str = "full", view_radius: int = 2, env_offset: int = 0, payoff: str = "staghunt",
+                 stag_cost: float | None = None):
         self.num_envs = _check_int("num_envs", num_envs, 1)
         self.device = torch.device(device)
         self.size = _check_int("grid_size", grid_size, 2)
@@ -111,13 +128,31 @@ class StagHuntVecEnv(VecEnv):
         if self.n_hunters + self.n_prey > self.n_cells:
             raise UserError(f"staghunt: n_hunters + n_stags + n_hares = {self.n_hunters + self.n_prey} entities do not "
                             f"fit on a {self.size}x{self.size} grid; expected at most {self.n_cells}")
+        if payoff not in ("staghunt", "snowdrift"):
+            raise UserError(f"staghunt: payoff={payoff!r} is invalid; expected 'staghunt' or 'snowdrift'")
+        self.payoff = payoff
+        snowdrift = payoff == "snowdrift"
+        if stag_min_hunters is None:
+            stag_min_hunters = 1 if snowdrift else 2
         self.stag_min_hunters = _check_int("stag_min_hunters", stag_min_hunters, 1)
-        if self.n_stags > 0 and stag_min_hunters > self.n_hunters:
+        if self.n_stags > 0 and self.stag_min_hunters > self.n_hunters:
             raise UserError(f"staghunt: stag_min_hunters={stag_min_hunters} can never be met; expected at most "
                             f"n_hunters={self.n_hunters}")
         self.stag_reward = _check_float("stag_reward", stag_reward)
         self.hare_reward = _check_float("hare_reward", hare_reward)
+        if shared_reward is None:
+            shared_reward = not snowdrift
         self.shared_reward = _check_bool("shared_reward", shared_reward)
+        if snowdrift and self.shared_reward:
+            raise UserError("staghunt: shared_reward=true with payoff='snowdrift' is invalid; snowdrift rewards are "
+                            "individual, expected shared_reward=false (or unset)")
+        if not snowdrift and stag_cost is not None:
+            raise UserError(f"staghunt: stag_cost={stag_cost!r} only applies to payoff='snowdrift'; "
+                            f"got payoff={payoff!r}")
+        self.stag_cost = _check_float("stag_cost", 6.0 if stag_cost is None else stag_cost) if snowdrift else 0.0
+        if snowdrift and not 0.0 < self.stag_cost < self.stag_reward:
+            raise UserError(f"staghunt: stag_cost={self.stag_cost} with stag_reward={self.stag_reward} breaks the "
+                            f"snowdrift ordering T > R > S > P; expected 0 < stag_cost < stag_reward")
         self.step_penalty = _check_float("step_penalty", step_penalty, 0.0)
         self.respawn = _check_bool("respawn", respawn)
         self.stag_move_prob = _check_float("stag_move_prob", stag_move_prob, 0.0, 1.0)
@@ -158,7 +193,7 @@ class StagHuntVecEnv(VecEnv):
             observation_space=gym.spaces.Box(0.0, obs_high, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=[f"hunter_{i}" for i in range(h)], can_render=True, can_save_state=True,
-            team_reward=self.shared_reward,
+            team_reward=self.shared_reward, goal_names=list(GOAL_NAMES),
         )
 
         self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)
@@ -290,7 +325,8 @@ class StagHuntVecEnv(VecEnv):
         return EnvStep(obs=obs, state=state, active=torch.ones(e, h, dtype=torch.bool, device=dev),
                        reward=torch.zeros(e, h, device=dev), done=torch.zeros(e, h, dtype=torch.bool, device=dev),
                        terminated=no, truncated=no.clone(), episode_done=no.clone(),
-                       extras={"stag_captures": zero_counts, "hare_captures": zero_counts.clone()})
+                       extras={"stag_captures": zero_counts, "hare_captures": zero_counts.clone(),
+                               "goal_event": torch.full((e, h), -1, dtype=torch.long, device=dev)})
 
     def step(self, actions: torch.Tensor) -> EnvStep:
         if not self._seeded:
@@ -301,15 +337,23 @@ class StagHuntVecEnv(VecEnv):
 
         on_prey = (self.hunters.unsqueeze(2) == self.prey.unsqueeze(1)).all(-1) & self.prey_alive.unsqueeze(1)  # [E,H,P]
         caught = self.prey_alive & (on_prey.sum(1) >= self._hunters_needed)  # [E, P]
-        if self.shared_reward:
+        catchers = on_prey & caught.unsqueeze(1)  # [E, H, P]
+        if self.payoff == "snowdrift":
+            stags, hares = catchers[..., :self.n_stags].float(), catchers[..., self.n_stags:].float()
+            benefit = self.stag_reward * caught[:, :self.n_stags].sum(-1, keepdim=True).float()  # [E, 1] to everyone
+            cost_share = (stags / stags.sum(1, keepdim=True).clamp(min=1)).sum(-1)  # [E, H] share of stags' costs
+            reward = benefit - self.stag_cost * cost_share + self.hare_reward * hares.sum(-1)  # [E, H]
+        elif self.shared_reward:
             team = (caught.float() * self._prey_value).sum(-1)  # [E]
             reward = team.unsqueeze(-1).expand(e, h).clone()
         else:
-            reward = ((on_prey & caught.unsqueeze(1)).float() * self._prey_value).sum(-1)  # [E, H]
+            reward = (catchers.float() * self._prey_value).sum(-1)  # [E, H]
         if self.step_penalty:
             reward = reward - self.step_penalty
         self.stag_captures += caught[:, :self.n_stags].sum(-1)
         self.hare_captures += caught[:, self.n_stags:].sum(-1)
+        goal_event = torch.where(catchers[..., :self.n_stags].any(-1), STAG_GOAL,
+                                 torch.where(catchers[..., self.n_stags:].any(-1), HARE_GOAL, -1))  # [E, H]
 
         if self.respawn:
             if bool(caught.any()):  # skipping is exact: envs that catch nothing draw no numbers
@@ -323,7 +367,8 @@ class StagHuntVecEnv(VecEnv):
         truncated = (self.t >= self.episode_length) & ~terminated
         ended = terminated | truncated  # [E]
         ep_return, ep_length = self.tracker.update(reward, ended)
-        extras = {"stag_captures": self.stag_captures.clone(), "hare_captures": self.hare_captures.clone()}
+        extras = {"stag_captures": self.stag_captures.clone(), "hare_captures": self.hare_captures.clone(),
+                  "goal_event": goal_event}
         final_obs, final_state = self._observe()
         obs, state = final_obs, final_state
         if bool(ended.any()):
@@ -401,70 +446,12 @@ class StagHuntVecEnv(VecEnv):
         return frame
 
 
-class StagHuntParallelEnv(ParallelEnv):
-    """The stag hunt as a PettingZoo ParallelEnv: one env of `StagHuntVecEnv`, so the rules live once."""
+class StagHuntParallelEnv(BatchedParallelEnv):
+    """The stag hunt as a PettingZoo ParallelEnv: one env of `StagHuntVecEnv`, so the rules live once.
+    Episode-end infos: stag_captures, hare_captures; every step: goal_event (see `BatchedParallelEnv`)."""
 
     metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "name": "staghunt_v0", "is_parallelizable": True}
-
-    def __init__(self, render_mode: str | None = None, **kwargs):
-        if render_mode not in (None, "rgb_array"):
-            raise UserError(f"staghunt: render_mode={render_mode!r} is not supported; expected None or 'rgb_array'")
-        self.render_mode = render_mode
-        self.vec = StagHuntVecEnv(1, "cpu", **kwargs)
-        self.possible_agents = list(self.vec.spec.agent_names)
-        self.agents: list[str] = []
-        # PettingZoo wants the very same space object on every call (so seeding a space sticks)
-        spec = self.vec.spec
-        self._observation_spaces = {a: spec.observation_space for a in self.possible_agents}
-        self._action_spaces = {a: gym.spaces.Discrete(spec.action_space.n) for a in self.possible_agents}
-        self.state_space = gym.spaces.Box(0.0, 1.0, (self.vec.spec.state_dim,), np.float32)
-        self._state = np.zeros(self.vec.spec.state_dim, np.float32)
-
-    def observation_space(self, agent: str) -> gym.spaces.Box:
-        return self._observation_spaces[agent]
-
-    def action_space(self, agent: str) -> gym.spaces.Discrete:
-        return self._action_spaces[agent]
-
-    def _split(self, obs: torch.Tensor) -> dict[str, np.ndarray]:
-        rows = obs[0].numpy()
-        return {a: rows[i].copy() for i, a in enumerate(self.possible_agents)}
-
-    def reset(self, seed: int | None = None, options: dict | None = None):
-        s = self.vec.reset(seed)
-        self.agents = list(self.possible_agents)
-        self._state = s.state[0].numpy().copy()
-        return self._split(s.obs), {a: {} for a in self.agents}
-
-    def step(self, actions: dict):
-        if not self.agents:
-            return {}, {}, {}, {}, {}
-        joint = torch.tensor([[int(actions.get(a, 0)) for a in self.possible_agents]], dtype=torch.long)
-        s = self.vec.step(joint)
-        ended = bool(s.episode_done[0])
-        obs = self._split(s.final_obs if ended else s.obs)
-        self._state = (s.final_state if ended else s.state)[0].numpy().copy()
-        rewards = {a: float(s.reward[0, i]) for i, a in enumerate(self.possible_agents)}
-        terminations = dict.fromkeys(self.possible_agents, bool(s.terminated[0]))
-        truncations = dict.fromkeys(self.possible_agents, bool(s.truncated[0]))
-        info = {"stag_captures": int(s.extras["stag_captures"][0]),
-                "hare_captures": int(s.extras["hare_captures"][0])} if ended else {}
-        infos = {a: dict(info) for a in self.possible_agents}
-        if ended:
-            self.agents = []
-        return obs, rewards, terminations, truncations, infos
-
-    def state(self) -> np.ndarray:
-        return self._state.copy()
-
-    def render(self):
-        """Frame of the last observed state: at an episode's end its final state, not the auto-reset one."""
-        if self.render_mode != "rgb_array":
-            return None
-        return self.vec.frame_from_state(self._state)
-
-    def close(self):
-        pass
+    vec_class = StagHuntVecEnv
 
 
 def make(name: str, num_envs: int, device: torch.device, **kwargs) -> StagHuntVecEnv:

@@ -11,7 +11,8 @@ agent slots this policy acts for (`[K]`), `ctx.env` the batched env (rules may r
 torch.Generator seeded from the run's seed, `ctx.params` the policy's keyword settings from the config. The
 function returns actions `[E, K]` (Discrete, int64) in the layout of the VecEnv contract. A user's own policy
 is registered with the decorator, or named in a config as `module.path:function`. Env-specific rules
-(`staghunt_hare`, `staghunt_stag`, `staghunt_follow`, `spread_nearest_landmark`, `matrix_mixed`) live in
+(`staghunt_hare`, `staghunt_stag`, `staghunt_follow`, `coin_cooperative`, `coin_selfish`, `spread_nearest_landmark`,
+`matrix_mixed`) live in
 `scripted_rules.py` and are registered when this module is imported.
 """
 

@@ -1,13 +1,18 @@
-"""Env-specific scripted policies: rule-based partners for the stag hunt, MPE simple_spread and matrix games.
+"""Env-specific scripted policies: rule-based partners for the stag hunt, coin game, MPE simple_spread, matrix games.
 
 Each rule reads the batched env's own state tensors (positions, prey alive, ...) and returns actions `[E, K]`
 for its slots with a fixed number of tensor ops: no loop over envs or agents. Dead slots take the no-op 0.
-Registered on import; `hypermappo.policies.scripted` imports this module, so `get_scripted("staghunt_stag")`
-finds them without the user importing anything.
+Goal-directed rules write their target into `ctx.goal` ([E, K] index into `env.spec.goal_names`, -1 none):
+`staghunt_stag` "stag", `staghunt_hare` "hare" (the snowdrift payoff uses the same rules), `staghunt_follow`
+-1 (it goes for a hunter, not a prey), `coin_cooperative` "own_coin", `coin_selfish` "own_coin" or "other_coin"
+by the colour of the coin it walks to. Registered on import; `hypermappo.policies.scripted` imports this module,
+so `get_scripted("staghunt_stag")` finds them without the user importing anything.
 
     staghunt_hare            walk to the nearest hare (Manhattan distance, ties to the lower prey index)
     staghunt_stag            walk to the nearest stag
     staghunt_follow          walk to the nearest other hunter
+    coin_cooperative         coin game: walk to the nearest coin of my colour only (stay when there is none)
+    coin_selfish             coin game: walk to the nearest coin of any colour
     spread_nearest_landmark  go to the nearest landmark no other agent is nearer to (greedy "nearest free
                              landmark"); agents with none go to the nearest landmark nobody else has picked
     matrix_mixed             a fixed mixed strategy, params {probs: [p_0, ..., p_{A-1}]}, sampled with ctx.generator
@@ -20,9 +25,10 @@ import numbers
 
 import torch
 
+from hypermappo.envs.coingame import OTHER_GOAL, OWN_GOAL, CoinGameVecEnv
 from hypermappo.envs.matrix import MatrixGameVecEnv
 from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
-from hypermappo.envs.staghunt import StagHuntVecEnv
+from hypermappo.envs.staghunt import HARE_GOAL, STAG_GOAL, StagHuntVecEnv
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import UserError
 from hypermappo.policies.scripted import ScriptedContext, scripted
@@ -59,20 +65,26 @@ def _grid_step_towards(pos: torch.Tensor, target: torch.Tensor, has_target: torc
     return torch.where(arrived | ~has_target, 0, move).long()
 
 
-def _walk_to_nearest(env: StagHuntVecEnv, slots: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Each slot's hunter walks to its nearest valid target. targets [E, M, 2], valid [E, M] or [E, K, M]."""
-    me = env.hunters[:, slots]  # [E, K, 2]
+def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor):
+    """Walk from me [E, K, 2] to the nearest valid target. targets [E, M, 2], valid [E, M] or [E, K, M]
+    -> (actions [E, K], chosen target index [E, K], has a target [E, K])."""
     dist = (me.unsqueeze(2) - targets.unsqueeze(1)).abs().sum(-1)  # [E, K, M]
     valid = valid.unsqueeze(1).expand_as(dist) if valid.dim() == 2 else valid
     nearest, has_target = _masked_argmin(dist.float(), valid)  # [E, K]
     goal = targets.gather(1, nearest.unsqueeze(-1).expand(-1, -1, 2))  # [E, K, 2]
-    return _grid_step_towards(me, goal, has_target)
+    return _grid_step_towards(me, goal, has_target), nearest, has_target
+
+
+def _set_goal(step: EnvStep, ctx: ScriptedContext, goal: torch.Tensor, has_target: torch.Tensor) -> None:
+    """ctx.goal [E, K]: the target's goal index, -1 without a target or for dead slots."""
+    ctx.goal = torch.where(has_target & step.active[:, ctx.slots], goal, -1).long()
 
 
 def _prey_rule(step: EnvStep, ctx: ScriptedContext, name: str, stags: bool) -> torch.Tensor:
     env = _require(ctx.env, StagHuntVecEnv, name, "the stag hunt (env 'staghunt')")
     part = slice(0, env.n_stags) if stags else slice(env.n_stags, env.n_prey)  # prey holds stags, then hares
-    actions = _walk_to_nearest(env, ctx.slots, env.prey[:, part], env.prey_alive[:, part])
+    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.prey[:, part], env.prey_alive[:, part])
+    _set_goal(step, ctx, torch.full_like(actions, STAG_GOAL if stags else HARE_GOAL), has_target)
     return _noop_dead(step, ctx.slots, actions)
 
 
@@ -94,7 +106,32 @@ def staghunt_follow(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     env = _require(ctx.env, StagHuntVecEnv, "staghunt_follow", "the stag hunt (env 'staghunt')")
     others = torch.arange(env.n_hunters, device=env.device) != ctx.slots.unsqueeze(-1)  # [K, H]: not itself
     valid = others.unsqueeze(0).expand(env.num_envs, -1, -1)  # [E, K, H]
-    return _noop_dead(step, ctx.slots, _walk_to_nearest(env, ctx.slots, env.hunters, valid))
+    actions, _, _ = _walk_to_nearest(env.hunters[:, ctx.slots], env.hunters, valid)
+    ctx.goal = torch.full_like(actions, -1)  # it goes for a hunter, not for a prey
+    return _noop_dead(step, ctx.slots, actions)
+
+
+# ---------------------------------------------------------------- coin game
+def _coin_rule(step: EnvStep, ctx: ScriptedContext, name: str, own_only: bool) -> torch.Tensor:
+    env = _require(ctx.env, CoinGameVecEnv, name, "the coin game (env 'coingame')")
+    own = env.coin_colour.unsqueeze(1) == ctx.slots.view(1, -1, 1)  # [E, K, C]: slot i owns colour i
+    valid = own if own_only else torch.ones_like(own)
+    actions, nearest, has_target = _walk_to_nearest(env.players[:, ctx.slots], env.coins, valid)
+    goal = torch.where(own.gather(2, nearest.unsqueeze(-1)).squeeze(-1), OWN_GOAL, OTHER_GOAL)  # [E, K]
+    _set_goal(step, ctx, goal, has_target)
+    return _noop_dead(step, ctx.slots, actions)
+
+
+@scripted("coin_cooperative")
+def coin_cooperative(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Walk to the nearest coin of my own colour; leave the other's coins alone (stay when there is none)."""
+    return _coin_rule(step, ctx, "coin_cooperative", own_only=True)
+
+
+@scripted("coin_selfish")
+def coin_selfish(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+    """Walk to the nearest coin, whatever its colour."""
+    return _coin_rule(step, ctx, "coin_selfish", own_only=False)
 
 
 # ---------------------------------------------------------------- MPE simple_spread
