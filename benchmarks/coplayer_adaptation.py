@@ -96,7 +96,7 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
     partners = partners_of(game, args)
     run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}"
     result = run_dir / "heldout" / "adaptation.json"
-    if result.exists() and not args.fresh:
+    if result.exists() and not (args.fresh or args.reeval):
         return run_dir
     t = time.time()
     if not (run_dir / "summary.json").exists() or args.fresh:
@@ -248,6 +248,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coplayer_adaptation"))
     p.add_argument("--note", default="", help="text appended to the results file (budget, machine load, cuts)")
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     args.games = [g for g in args.games.split(",") if g]

@@ -115,7 +115,8 @@ class CriticConfig:
 class HyperConfig:
     """Hyper-MAPPO (actor=hyper): actor weights theta = theta_base + delta(context) from a hypernetwork."""
 
-    context: list[str] = opt(["agent_id"], "hypernetwork inputs, any of: agent_id, obs, history")
+    context: list[str] = opt(["agent_id"], "hypernetwork inputs, any of: agent_id, obs, history, coplayer (the "
+                                           "co-player model's belief; needs coplayer.enabled)")
     id_encoding: str = opt("onehot", "agent identity as one-hot or a learned embedding",
                            choices=["onehot", "embedding"])
     id_embed_dim: int = opt(16, "agent-id embedding size (id_encoding=embedding)", min=1)
@@ -147,6 +148,27 @@ class HyperConfig:
                               "target_interval updates), polyak (tau each update)", choices=["none", "hard", "polyak"])
     target_interval: int = opt(10, "K: updates between hard target syncs", min=1)
     target_tau: float = opt(0.01, "Polyak rate of the target hypernetwork", min=0.0, min_exclusive=True, max=1.0)
+
+
+@dataclass
+class CoplayerConfig:
+    """Co-player model (models/coplayer.py): from a learner's own observation history, predict the other agents'
+    next actions, goals and subgoals; its embedding (belief) can feed the policy or the hypernetwork."""
+
+    enabled: bool = opt(False, "train a co-player model next to each learner")
+    action_weight: float = opt(1.0, "loss weight of predicting each co-player's next action", min=0.0)
+    goal_weight: float = opt(0.0, "loss weight of predicting each co-player's current goal (env goal_names; "
+                                  "scripted partners' true target, else the goal it completes next)", min=0.0)
+    subgoal_weight: float = opt(0.0, "loss weight of predicting each co-player's observation subgoal_horizon "
+                                     "steps ahead (OMG's subgoal)", min=0.0)
+    subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target", min=1)
+    memory: str = opt("episode", "co-player memory: episode (reset at each episode start) or persistent (kept "
+                                 "across episodes, reset when a co-player's partner_id changes)",
+                      choices=["episode", "persistent"])
+    feed: str = opt("none", "policy = append the belief (embedding) to the actor's input", choices=["none", "policy"])
+    hidden: int = opt(64, "GRU size = belief size", min=1)
+    lr: float = opt(7e-4, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    epochs: int = opt(1, "passes over each rollout per update (full batch)", min=1)
 
 
 @dataclass
@@ -193,6 +215,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     hyper: HyperConfig = field(default_factory=HyperConfig)
+    coplayer: CoplayerConfig = field(default_factory=CoplayerConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     groups: list = opt([], "policy groups: agent slots -> named groups, each a learner (own actor, critic, optimiser; "
@@ -497,6 +520,11 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         if h.target != "none" and h.alpha == 0 and "hyper.target" not in out:
             out["hyper.target"] = (f"hyper.target={h.target!r} builds a target hypernetwork that nothing reads: only "
                                    f"the smoothness term reads it, so it needs hyper.alpha>0 (got hyper.alpha=0)")
+    for f in dataclasses.fields(CoplayerConfig):
+        if f.name != "enabled":
+            check(f"coplayer.{f.name}", cfg.coplayer.enabled, "it needs coplayer.enabled=true")
+    if cfg.coplayer.enabled:
+        check("coplayer.subgoal_horizon", cfg.coplayer.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
     check("model.rnn_hidden", cfg.actor == "rnn" or cfg.critic.recurrent == "on",
           f"it is the GRU size of actor=rnn or critic.recurrent=on, got actor={cfg.actor!r}, "
           f"critic.recurrent={cfg.critic.recurrent!r}")
@@ -528,9 +556,12 @@ def validate(cfg: Config) -> None:
     if cfg.ppo.num_mini_batch > cfg.num_envs * (1 if cfg.actor == "rnn" else cfg.rollout_length):
         raise UserError(f"ppo.num_mini_batch: {cfg.ppo.num_mini_batch} is more than the {batch} samples per update")
     h = cfg.hyper
-    bad = [c for c in h.context if c not in ("agent_id", "obs", "history")]
+    bad = [c for c in h.context if c not in ("agent_id", "obs", "history", "coplayer")]
     if bad or not h.context or len(set(h.context)) != len(h.context):
-        raise UserError(f"hyper.context: expected a non-empty list from agent_id, obs, history, got {h.context}")
+        raise UserError(f"hyper.context: expected a non-empty list from agent_id, obs, history, coplayer, "
+                        f"got {h.context}")
+    if cfg.actor == "hyper" and "coplayer" in h.context and not cfg.coplayer.enabled:
+        raise UserError("hyper.context: coplayer needs the co-player model (coplayer.enabled=true)")
     if cfg.actor == "hyper" and "obs" in h.context and h.obs_aggregation == "attention" \
             and h.obs_embed_dim % h.attention_heads:
         raise UserError(f"hyper.attention_heads: obs_embed_dim ({h.obs_embed_dim}) must be divisible by it, "

@@ -176,6 +176,14 @@ class LiveComponentAudit:
         self.grad_seen = {k: torch.zeros(()) for k in self.components}  # sum of |grad| over the audited updates
         self.target_snapshot = [p.detach().clone() for p in target.parameters()] if target is not None else None
         self.loss_seen: dict[str, float] = {}
+        self.extra_terms: list[str] = []  # loss terms of watched modules (`watch`)
+
+    def watch(self, prefix: str, module: torch.nn.Module, loss_terms: list[str]) -> None:
+        """Audit another trained module (e.g. the co-player model) and the loss terms that train it."""
+        components = _components(prefix, module)
+        self.components.update(components)
+        self.grad_seen.update({k: torch.zeros(()) for k in components})
+        self.extra_terms += loss_terms
 
     @torch.no_grad()
     def observe_grads(self) -> None:
@@ -194,7 +202,7 @@ class LiveComponentAudit:
             terms.append("smooth_loss")
         if self.cfg.hyper.beta > 0:
             terms.append("align_loss")
-        return terms
+        return terms + self.extra_terms
 
     def observe(self, metrics: dict) -> None:
         for k in self.enabled_loss_terms():

@@ -340,7 +340,11 @@ class Experiment:
                 else:
                     actions = g.act_fixed(s)
                 parts.append(actions)
-            nxt = self._env_step(parts[0] if len(parts) == 1 else self._scatter(parts), t)
+            joint = parts[0] if len(parts) == 1 else self._scatter(parts)
+            nxt = self._env_step(joint, t)
+            for g in learning:
+                if g.learner.coplayer is not None:  # the co-player model's training data (algos/coplayer.py)
+                    g.learner.coplayer.record(t, s, joint, nxt, self.groups)
             truncated = bootstrap and bool(nxt.truncated.any())  # one sync per step, shared by every learner
             if truncated:
                 self._check_final_observations(nxt, t)
@@ -391,15 +395,20 @@ class Experiment:
         """A learning group's batched actor + critic forward on its slots, stored at step t of its buffer."""
         L = g.learner
         obs, available, active = g.take(s.obs), g.take(s.available_actions), g.take(s.active)  # [E, K, ...]
-        out = L.actor(obs, available, L.actor_h, L.reset_mask, active=active)
+        if L.coplayer is not None:  # the critic reads the env's obs; the actor this, with the belief when fed
+            partners = torch.stack([h.partner_id for h in self.groups], -1) if self.multi else None  # [E, G]
+            actor_obs = L.coplayer.act(t, obs, L.reset_mask, partners)
+        else:
+            actor_obs = obs
+        out = L.actor(actor_obs, available, L.actor_h, L.reset_mask, active=active)
         actions = out.dist.sample()  # [E, K, ...]
         values, critic_h = L.critic(obs, s.state, L.critic_h, L.reset_mask, active=active)  # [E, K]
-        L.buffer.insert(t, obs=obs, state=s.state, available=available, active=active,
+        L.buffer.insert(t, obs=actor_obs, state=s.state, available=available, active=active,
                         reset=L.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
                         dist_params=out.dist.params() if L.store_dist_params else None,
                         actor_h=L.actor_h, critic_h=L.critic_h,
                         prev_obs=L.prev_obs if L.store_prev_obs else None)
-        L.prev_obs = obs
+        L.prev_obs = actor_obs
         return actions, (out, critic_h, active)
 
     def _learner_observe(self, g, nxt: EnvStep, truncated: bool, t: int, out, critic_h, active) -> None:
@@ -578,11 +587,15 @@ class Experiment:
                     diag.update(self._prefix(g, L.diagnostics.before_update(L.buffer, L.algo.recurrent)))
                 auditing = L.audit is not None and L.updates_done < cfg.diagnostics.audit_updates
                 L.algo.after_backward = L.audit.observe_grads if auditing else None  # no cost after the audit
+                if L.coplayer is not None:
+                    L.coplayer.after_backward = L.algo.after_backward
             t_update = time.perf_counter()
             group_losses = {}
             for g in learning:  # each learner from its own agents' samples only
                 try:
                     group_losses[g.name] = g.learner.algo.update(g.learner.buffer, g.learner.batch_generator)
+                    if g.learner.coplayer is not None:  # its own optimiser, from its own losses
+                        group_losses[g.name].update(g.learner.coplayer.update())
                 except NonFiniteError as e:
                     where = f" of group {g.name!r}" if self.multi else ""
                     raise NonFiniteError(f"{e}{where} of update {self.update + 1} (env step {self.env_steps:,}) on "
@@ -666,7 +679,8 @@ class Experiment:
         if self.multi:
             return evaluate_groups(self.cfg, self.groups, episodes or self.cfg.eval_episodes, deterministic,
                                    self.device)
-        return evaluate_policy(self.cfg, self.actor, episodes or self.cfg.eval_episodes, deterministic, self.device)
+        return evaluate_policy(self.cfg, self.primary.acting_actor, episodes or self.cfg.eval_episodes, deterministic,
+                               self.device)
 
     def _progress(self, row: dict, start: float, steps0: int) -> None:
         if self.quiet or not self.cfg.log.progress:
@@ -727,6 +741,7 @@ class Experiment:
             "recent_returns": list(self.recent_returns),
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
+            "coplayer": self.primary.coplayer.state_dict() if self.primary.coplayer is not None else None,
             # until the audit has run: its parameter snapshot and the loss terms seen so far
             "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
             else None,
@@ -809,6 +824,8 @@ class Experiment:
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
         if sd.get("audit") is not None and self.audit is not None:
             self.audit.load_state_dict(sd["audit"])
+        if sd.get("coplayer") is not None and self.primary.coplayer is not None and not self.multi:
+            self.primary.coplayer.load_state_dict(sd["coplayer"], with_memory=sd["env_state"] is not None)
         if self.multi:
             for g in self.groups:
                 g.load_state_dict(sd["groups"][g.name], with_episode_state=sd["env_state"] is not None)

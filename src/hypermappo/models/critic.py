@@ -68,11 +68,14 @@ class Critic(nn.Module):
         self.hidden_size = m.rnn_hidden if recurrent else 0
         self.head = AgentLinear(self.trunk.out_dim, 1, groups, gain=1.0)
         self.death_masked = resolve_death(cfg.ppo.death, spec) == "episode"
+        self.obs_dim = spec.obs_dim  # the env's; features the actor's input adds after it are not the critic's
 
     def forward(self, obs, state, hidden=None, reset=None, sequence=False, active=None):
         """-> (values [..., N] in normalised units when value normalisation is on, new hidden).
 
         active [..., N]: alive agents; dead ones get a death-masked input when `ppo.death=episode`."""
+        if obs.shape[-1] != self.obs_dim:  # the rollout's obs with the co-player belief appended (coplayer.feed)
+            obs = obs[..., :self.obs_dim]
         x = critic_input(self.mode, obs, state)
         if self.death_masked and active is not None:
             x = death_mask(self.mode, x, active)

@@ -17,6 +17,7 @@ matmul of each layer's input against the generator's weights, no per-sample weig
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear
+from hypermappo.models.coplayer import belief_dim
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.mlp import MLPActor
 
@@ -32,11 +34,14 @@ from hypermappo.models.mlp import MLPActor
 class ContextEncoder(nn.Module):
     """Per-agent context [..., N, C] from agent id, all observations and/or the agent's history."""
 
-    def __init__(self, spec, h):
+    def __init__(self, spec, h, belief_dim: int = 0):
         super().__init__()
         self.n = spec.num_agents
         self.parts = list(h.context)
-        dim = 0
+        # the input's last `belief_dim` features are the co-player belief (models/coplayer.py), not observation
+        self.belief_dim = belief_dim
+        spec = dataclasses.replace(spec, obs_dim=spec.obs_dim - belief_dim)
+        dim = belief_dim if "coplayer" in self.parts else 0
         if "agent_id" in self.parts:
             if h.id_encoding == "embedding":
                 self.id_embedding = nn.Parameter(torch.randn(self.n, h.id_embed_dim) * 0.1)
@@ -83,6 +88,10 @@ class ContextEncoder(nn.Module):
         (context [..., N, C], new history state). Dead / padded agent slots are left out of the attention keys and
         of the mean over agents."""
         parts = []
+        if self.belief_dim:
+            belief, obs = obs[..., -self.belief_dim:], obs[..., :-self.belief_dim]
+            if "coplayer" in self.parts:
+                parts.append(belief)
         if "agent_id" in self.parts:
             parts.append(self.agent_part(obs))
         if "obs" in self.parts:
@@ -237,7 +246,7 @@ class HyperNetwork(nn.Module):
     def __init__(self, spec, cfg, layer_shapes: list[tuple[int, int]], full: bool, hidden_units: list[int]):
         super().__init__()
         h = cfg.hyper
-        self.context = ContextEncoder(spec, h)
+        self.context = ContextEncoder(spec, h, belief_dim(cfg))
         layers, width = [], self.context.dim
         for _ in range(h.mlp_layers):
             layers += [nn.Linear(width, h.hidden), nn.ReLU()]
@@ -271,7 +280,10 @@ class HyperActor(MLPActor):
     """MAPPO actor whose layers get hypernetwork-generated increments (see module docstring)."""
 
     def __init__(self, spec, cfg):
-        super().__init__(spec, cfg)
+        # a belief the hypernetwork reads (hyper.context=[coplayer]) reaches the base layers only with coplayer.feed=policy
+        trunk_obs_dim = spec.obs_dim - (belief_dim(cfg) if cfg.coplayer.feed != "policy" else 0)
+        super().__init__(dataclasses.replace(spec, obs_dim=trunk_obs_dim), cfg)
+        self.trunk_obs_dim = trunk_obs_dim
         h = cfg.hyper
         self.cfg_h = h
         linears = list(self.trunk.linears) + [self.head]
@@ -391,7 +403,7 @@ class HyperActor(MLPActor):
         static = self.hyper.context.static
         gens, scales, new_hidden = self.generate(obs, hidden, reset, sequence, active=active)
         by_layer = dict(zip(self.generated, gens))
-        x = self.actor_input(obs)
+        x = self.actor_input(obs if obs.shape[-1] == self.trunk_obs_dim else obs[..., :self.trunk_obs_dim])
         t = self.trunk
         if t.feature_norm is not None:
             x = t.feature_norm(x)

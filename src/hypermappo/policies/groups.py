@@ -266,6 +266,16 @@ def slot_index(slots: list[int], n: int, device) -> slice | torch.Tensor:
     return torch.tensor(slots, dtype=torch.long, device=device)
 
 
+def widened_spec(spec, extra: int):
+    """The spec an actor reading `extra` more input features (the co-player belief) is built for."""
+    if not extra:
+        return spec
+    import gymnasium as gym
+
+    dim = spec.obs_dim + extra
+    return dataclasses.replace(spec, obs_dim=dim, observation_space=gym.spaces.Box(-float("inf"), float("inf"), (dim,)))
+
+
 def load_frozen_actor(phase: Phase, env_spec, device) -> torch.nn.Module:
     """The actor of `phase.run_dir`'s latest intact checkpoint (its group `phase.group`, if named), without grads."""
     from hypermappo import config as config_mod
@@ -306,7 +316,7 @@ def load_frozen_actor(phase: Phase, env_spec, device) -> torch.nn.Module:
 class Learner:
     """A learning group's networks, algorithm and storage (the pre-groups Experiment's, for K slots)."""
 
-    def __init__(self, cfg, spec, num_envs: int, device, batch_seed: int):
+    def __init__(self, cfg, spec, num_envs: int, device, batch_seed: int, env_spec=None, slots: list | None = None):
         from hypermappo.algos.death import resolve_death
         from hypermappo.algos.mappo import MAPPO
         from hypermappo.diagnostics import Diagnostics, LiveComponentAudit
@@ -317,7 +327,16 @@ class Learner:
         from hypermappo.storage.rollout import RolloutBuffer
 
         self.cfg, self.spec = cfg, spec
-        self.actor = build_actor(cfg.actor, spec, cfg).to(device)
+        # co-player model (algos/coplayer.py); a belief fed to the actor widens the actor's input, not the critic's
+        self.coplayer, actor_spec = None, spec
+        if cfg.coplayer.enabled:
+            from hypermappo.algos.coplayer import CoplayerLearner
+            from hypermappo.models.coplayer import belief_dim
+
+            self.coplayer = CoplayerLearner(cfg, env_spec or spec, slots or list(range(spec.num_agents)), num_envs,
+                                            device, batch_seed)
+            actor_spec = widened_spec(spec, belief_dim(cfg))
+        self.actor = build_actor(cfg.actor, actor_spec, cfg).to(device)
         self.critic = Critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
         self.algo = MAPPO(self.actor, self.critic, cfg)
@@ -331,13 +350,21 @@ class Learner:
         n_avail = int(space.n) if spec.has_available_actions else 0
         self.store_dist_params = True  # KL alignment and per-agent KL diagnostics need the behaviour policy
         self.store_prev_obs = getattr(self.actor, "needs_prev_obs", False)
-        self.buffer = RolloutBuffer(T, num_envs, spec.num_agents, spec.obs_dim, spec.state_dim,
+        self.buffer = RolloutBuffer(T, num_envs, spec.num_agents, actor_spec.obs_dim, spec.state_dim,
                                     action_shape, action_dtype, n_avail,
                                     params_size(space) if self.store_dist_params else 0,
                                     self.actor.hidden_size, self.critic.hidden_size, device,
                                     store_prev_obs=self.store_prev_obs)
-        self.diagnostics = Diagnostics(self.actor, cfg, spec)
+        self.diagnostics = Diagnostics(self.actor, cfg, actor_spec)
         self.audit = LiveComponentAudit(self.actor, self.critic, cfg) if cfg.diagnostics.audit_updates else None
+        if self.audit is not None and self.coplayer is not None and self.coplayer.trains:
+            self.audit.watch("coplayer", self.coplayer.model, self.coplayer.loss_terms())
+        # what acts in evaluation: the actor, with the co-player belief computed on the way when it reads one
+        self.acting_actor = self.actor
+        if actor_spec is not spec:
+            from hypermappo.models.coplayer import BeliefActor
+
+            self.acting_actor = BeliefActor(self.actor, self.coplayer.model)
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0  # its own updates (a group switched to learner later starts at 0; the audit counts these)
 
@@ -349,13 +376,16 @@ class Learner:
         self.actor_h = torch.zeros(E, K, self.actor.hidden_size, device=obs.device) if self.actor.hidden_size else None
         self.critic_h = (torch.zeros(E, K, self.critic.hidden_size, device=obs.device)
                          if self.critic.hidden_size else None)
+        if self.coplayer is not None:
+            self.coplayer.start(E, obs.device)
 
     def state_dict(self, with_audit: bool) -> dict:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(), "algo": self.algo.state_dict(),
                 "batch": self.batch_generator.get_state(), "actor_h": self.actor_h, "critic_h": self.critic_h,
                 "reset_mask": self.reset_mask, "prev_obs": self.prev_obs,
                 "diagnostics": self.diagnostics.state_dict(), "updates_done": self.updates_done,
-                "audit": self.audit.state_dict() if self.audit and with_audit else None}
+                "audit": self.audit.state_dict() if self.audit and with_audit else None,
+                "coplayer": self.coplayer.state_dict() if self.coplayer is not None else None}
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.actor.load_state_dict(sd["actor"])
@@ -369,6 +399,8 @@ class Learner:
         if with_episode_state:
             self.actor_h, self.critic_h, self.reset_mask = sd["actor_h"], sd["critic_h"], sd["reset_mask"]
             self.prev_obs = sd["prev_obs"]
+        if self.coplayer is not None and sd.get("coplayer") is not None:
+            self.coplayer.load_state_dict(sd["coplayer"], with_memory=with_episode_state)
 
 
 class PolicyGroup:
@@ -385,20 +417,21 @@ class PolicyGroup:
         self.phases = spec.phases
         self.phase = 0
         # the implicit all-slots group uses the pre-groups seed of the mini-batch generator (seed + 1)
-        self.learner = Learner(spec.cfg, self.env_spec, spec.cfg.num_envs, device, seed + 1 + 7919 * learner_number) \
-            if spec.learns else None
+        self.learner = Learner(spec.cfg, self.env_spec, spec.cfg.num_envs, device, seed + 1 + 7919 * learner_number,
+                               env.spec, slots) if spec.learns else None
         self.generator = torch.Generator().manual_seed(seed + 2 + 7919 * group_number)  # scripted randomness
         self.frozen = {i: load_frozen_actor(p, self.env_spec, device) for i, p in enumerate(self.phases)
                        if p.kind == "frozen"}
         self.scripted = {i: get_scripted(p.policy) for i, p in enumerate(self.phases) if p.kind == "scripted"}
         self.frozen_h = self.frozen_reset = None
-        # a population group (policies/population.py): its members, which one plays in each env, their draws
+        # which policy plays this group in each env (the phase index); co-player memories reset when it changes
+        self.partner_id = torch.zeros(env.num_envs, dtype=torch.long, device=device)  # [E]
+        self.last_goal = None  # [E, K] a goal-directed scripted policy's targets at its last act (else None)
+        # a population group (policies/population.py): its members, the member playing in each env (partner_id)
         pop = self.phases[0] if self.phases[0].kind == "population" else None
         self.population = Population(pop.members, self.env_spec, self.slot_tensor, device) if pop else None
         self.member_generator = torch.Generator().manual_seed(seed + 3 + 7919 * group_number)
         self.population_state = None
-        self.partner_id = None  # [E] int64: the population member playing in each env
-        self.goal = None  # [E, K] int64: the scripted members' current targets (-1: none)
         self.ep_return = None  # [E] this group's running episode return (sum of the mean over its agents)
 
     @property
@@ -438,6 +471,8 @@ class PolicyGroup:
         while self.phase + 1 < len(self.phases) and self.phases[self.phase + 1].at_step <= env_steps:
             self.phase += 1
             changed = True
+        if changed:
+            self.partner_id.fill_(self.phase)
         if changed and self.ep_return is not None:
             obs = torch.zeros(self.ep_return.shape[0], self.K, self.env_spec.obs_dim, device=self.device)
             if self.learner is not None:
@@ -449,13 +484,16 @@ class PolicyGroup:
     def act_fixed(self, step) -> torch.Tensor:
         """Actions [E, K] of a scripted, frozen or population phase (sampled from a frozen actor)."""
         if self.kind == "population":
-            actions, self.goal = self.population.act(step, self.env, self.population_state, self.partner_id,
-                                                     self.generator)
+            actions, self.last_goal = self.population.act(step, self.env, self.population_state, self.partner_id,
+                                                          self.generator)
             return actions
         if self.kind == "scripted":
             p = self.phases[self.phase]
             ctx = ScriptedContext(self.env, self.slot_tensor, self.generator, p.params)
-            return self.scripted[self.phase](step, ctx)
+            actions = self.scripted[self.phase](step, ctx)
+            self.last_goal = ctx.goal
+            return actions
+        self.last_goal = None
         actor = self.frozen[self.phase]
         out = actor(self.take(step.obs), self.take(step.available_actions), self.frozen_h, self.frozen_reset,
                     active=self.take(step.active))
@@ -473,16 +511,19 @@ class PolicyGroup:
 
     def state_dict(self, with_audit: bool) -> dict:
         sd = {"phase": self.phase, "generator": self.generator.get_state(), "ep_return": self.ep_return,
+              "partner_id": self.partner_id,
               "frozen_h": self.frozen_h, "frozen_reset": self.frozen_reset,
               "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
         if self.population is not None:
-            sd["population"] = {"member_generator": self.member_generator.get_state(), "partner_id": self.partner_id,
+            sd["population"] = {"member_generator": self.member_generator.get_state(),
                                 "hidden": self.population_state.hidden, "reset": self.population_state.reset}
         return sd
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.phase = sd["phase"]
         self.generator.set_state(sd["generator"].cpu())
+        if sd.get("partner_id") is not None:
+            self.partner_id = sd["partner_id"].to(self.device)
         if self.learner is not None:
             self.learner.load_state_dict(sd["learner"], with_episode_state)
         if with_episode_state:
@@ -491,7 +532,6 @@ class PolicyGroup:
             pop = sd["population"]
             self.member_generator.set_state(pop["member_generator"].cpu())
             if with_episode_state:
-                self.partner_id = pop["partner_id"]
                 self.population_state = PopulationState(pop["hidden"], pop["reset"])
 
 
@@ -516,7 +556,7 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
 
     device = device or torch.device(cfg.device)
     E = episodes
-    actors = [g.learner.actor if g.learning else g.frozen.get(g.phase) for g in groups]
+    actors = [g.learner.acting_actor if g.learning else g.frozen.get(g.phase) for g in groups]
     modes = [a.training if a is not None else False for a in actors]
     for a in actors:
         if a is not None:

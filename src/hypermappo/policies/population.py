@@ -30,6 +30,7 @@ import torch
 from hypermappo.errors import UserError
 
 SAMPLE_MODES = ("episode", "fixed")
+GOAL_NOT_GIVEN = -2  # in a population's goals: the member playing there writes none (co-player labels: hindsight)
 MEMBER_KEYS = {"kind", "policy", "params", "run_dir", "group"}
 
 
@@ -99,8 +100,9 @@ class Population:
     @torch.no_grad()
     def act(self, step, env, state: PopulationState, partner_id: torch.Tensor, generator: torch.Generator,
             deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions [E, K] (env e gets member partner_id[e]'s) and the scripted members' goals [E, K] (-1: none
-        written, or a frozen member). Frozen members sample unless `deterministic`."""
+        """Actions [E, K] (env e gets member partner_id[e]'s) and the goals [E, K] the members playing there wrote
+        into ScriptedContext.goal (-1: no goal this step; GOAL_NOT_GIVEN where the member writes none, e.g. a
+        frozen actor; None when no member wrote one). Frozen members sample unless `deterministic`."""
         from hypermappo.policies.scripted import ScriptedContext
 
         index = self.slots
@@ -121,10 +123,11 @@ class Population:
                 a = out.dist.mode() if deterministic else out.dist.sample()
             if actions is None:
                 actions = torch.zeros((E, K, *a.shape[2:]), dtype=a.dtype, device=a.device)
-                goal = torch.full((E, K), -1, dtype=torch.long, device=a.device)
             here_a = here.view(E, *([1] * (a.dim() - 1)))
             actions = torch.where(here_a, a.to(actions.dtype), actions)
             if member_goal is not None:
+                if goal is None:
+                    goal = torch.full((E, K), GOAL_NOT_GIVEN, dtype=torch.long, device=a.device)
                 goal = torch.where(here, member_goal.to(goal.device), goal)
         return actions, goal
 

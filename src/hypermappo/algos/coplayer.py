@@ -1,0 +1,224 @@
+"""Training the co-player model (models/coplayer.py) on a learner's rollouts: storage, labels, memory, loss.
+
+Per collect step a learner group's model reads its K agents' own observations (`act`) and, after the env
+step, the rollout's facts about every slot are recorded (`record`): all slots' actions, which were alive, the
+env's `goal_event`s, scripted partners' own goals (`ScriptedContext.goal`) and, for subgoals, all slots'
+observations (targets only; never an input). After the PPO update the model is trained on the whole rollout
+as one sequence per env and agent, from the memory it had at the rollout's start:
+- action loss: cross-entropy on each alive co-player's action at t;
+- goal loss: cross-entropy on its goal at t: a scripted partner's own target when it writes one, else in
+  hindsight the goal it completes next in the same episode (steps with no later event in the rollout are
+  unlabelled and masked);
+- subgoal loss: squared error on its observation H steps ahead (masked when an episode ends before it or the
+  rollout ends first).
+Accuracies are measured on the rollout before the model's step (data it was not yet trained on).
+
+Memory: `episode` resets an agent's memory when its own trajectory restarts (death, episode end);
+`persistent` keeps it across episodes and resets env e's memory only when some group's `partner_id[e]`
+changes, so beliefs about the same partner accumulate. The co-player model has its own Adam optimiser and is
+built from a generator forked from the run seed: with nothing fed to the policy, actor and critic train
+exactly as without it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+import torch.nn.functional as F
+
+from hypermappo.errors import NonFiniteError, UserError
+from hypermappo.models.coplayer import CoplayerModel, belief_dim
+
+SEED_OFFSET = 104_729  # the co-player model's init generator: run seed + this (+ the learner's offset)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1.0)
+
+
+def hindsight_goals(goal_event: torch.Tensor, episode_end: torch.Tensor) -> torch.Tensor:
+    """goal_event [T, E, N] (goal completed in step t, -1 none), episode_end [T, E] bool -> label [T, E, N]: the
+    next goal completed at or after t in the same episode, -1 when none is seen in the rollout."""
+    label = torch.empty_like(goal_event)
+    nxt = torch.full_like(goal_event[0], -1)  # [E, N]
+    for t in reversed(range(goal_event.shape[0])):  # a recursion over time, like GAE
+        nxt = torch.where(goal_event[t] >= 0, goal_event[t],
+                          torch.where(episode_end[t].unsqueeze(-1), torch.full_like(nxt, -1), nxt))
+        label[t] = nxt
+    return label
+
+
+def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int):
+    """obs_all [T, E, N, D], episode_end [T, E] -> (target [T, E, N, D] = obs at t + H, valid [T, E]: t + H is in
+    the rollout and no episode ended in steps t .. t + H - 1)."""
+    T = obs_all.shape[0]
+    target = torch.zeros_like(obs_all)
+    valid = torch.zeros(episode_end.shape, dtype=torch.bool, device=obs_all.device)
+    if horizon < T:
+        target[:T - horizon] = obs_all[horizon:]
+        ends = F.pad(episode_end.long().cumsum(0), (0, 0, 1, 0))  # [T + 1, E]: ends before step i
+        valid[:T - horizon] = (ends[horizon:T] - ends[:T - horizon]) == 0
+    return target, valid
+
+
+class CoplayerLearner:
+    """A learner group's co-player model, its optimiser, its memory and one rollout of its training data."""
+
+    def __init__(self, cfg, env_spec, slots: list[int], num_envs: int, device, seed: int):
+        c = cfg.coplayer
+        self.cfg, self.c = cfg, c
+        space = env_spec.action_space
+        if not isinstance(space, gym.spaces.Discrete):
+            raise UserError(f"coplayer.enabled: the co-player model predicts Discrete actions; env {cfg.env!r} has "
+                            f"{space}")
+        if c.goal_weight > 0 and not env_spec.goal_names:
+            raise UserError(f"coplayer.goal_weight: env {cfg.env!r} labels no goals (its EnvSpec.goal_names is "
+                            f"empty); set coplayer.goal_weight=0 or use an env with goals")
+        N, D, K, T, E = env_spec.num_agents, env_spec.obs_dim, len(slots), cfg.rollout_length, num_envs
+        self.N, self.K, self.T, self.E, self.D = N, K, T, E, D
+        n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
+        with torch.random.fork_rng(devices=[]):  # its own init: the actor's and critic's draws are unchanged
+            torch.manual_seed(seed + SEED_OFFSET)
+            self.model = CoplayerModel(D, N, int(space.n) if c.action_weight > 0 else 0, n_goals,
+                                       D if c.subgoal_weight > 0 else 0, c.hidden).to(device)
+        self.trains = any(w > 0 for w in (c.action_weight, c.goal_weight, c.subgoal_weight))
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
+        self.fed = belief_dim(cfg) > 0
+        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        self.others = ~F.one_hot(self.slots, N).bool()  # [K, N]: who is a co-player of learner agent k
+        z = dict(device=device)
+        self.obs = torch.zeros(T, E, K, D, **z)  # the learner agents' own observations
+        self.new_episode = torch.zeros(T, E, K, dtype=torch.bool, **z)
+        self.reset = torch.zeros(T, E, K, dtype=torch.bool, **z)  # memory zeroed before step t
+        self.h0 = torch.zeros(E, K, c.hidden, **z)  # memory at the rollout's start
+        self.actions = torch.zeros(T, E, N, dtype=torch.long, **z)  # every slot's action at t
+        self.active_all = torch.zeros(T, E, N, dtype=torch.bool, **z)  # every slot alive at t
+        self.episode_end = torch.zeros(T, E, dtype=torch.bool, **z)
+        self.goal_event = torch.full((T, E, N), -1, dtype=torch.long, **z) if n_goals else None
+        self.scripted_goal = torch.full((T, E, N), -2, dtype=torch.long, **z) if n_goals else None  # -2: not given
+        self.obs_all = torch.zeros(T, E, N, D, **z) if c.subgoal_weight > 0 else None
+        self.memory: torch.Tensor | None = None  # [E, K, H]
+        self.pending_reset: torch.Tensor | None = None  # [E, K]: reset at the next step (fresh start)
+        self.partner: torch.Tensor | None = None  # [E, G] partner ids seen at the last step
+        self.after_backward = None  # the live-component audit's gradient hook, while it runs
+
+    def loss_terms(self) -> list[str]:
+        c = self.c
+        return [f"coplayer_{k}_loss" for k, w in (("action", c.action_weight), ("goal", c.goal_weight),
+                                                  ("subgoal", c.subgoal_weight)) if w > 0]
+
+    # ------------------------------------------------------------------ collection
+
+    def start(self, E: int, device) -> None:
+        """Fresh start (run start, resume without env state, the learner's own phase change): memory zero."""
+        self.memory = torch.zeros(E, self.K, self.c.hidden, device=device)
+        self.pending_reset = torch.ones(E, self.K, dtype=torch.bool, device=device)
+        self.partner = None
+
+    @torch.no_grad()
+    def act(self, t: int, obs: torch.Tensor, new_episode: torch.Tensor, partner: torch.Tensor | None):
+        """obs [E, K, D] (own), new_episode [E, K] (the actor's reset mask), partner [E, G] ids or None -> the
+        actor's input: obs, with the belief [E, K, H] appended when it is fed to the policy."""
+        reset = self.pending_reset | new_episode if self.c.memory == "episode" else self.pending_reset
+        if partner is not None:
+            if self.partner is not None:
+                reset = reset | (partner != self.partner).any(-1, keepdim=True)  # a new partner in env e
+            self.partner = partner.clone()
+        self.pending_reset = torch.zeros_like(self.pending_reset)
+        if t == 0:
+            self.h0.copy_(self.memory)
+        self.obs[t].copy_(obs)
+        self.new_episode[t].copy_(new_episode)
+        self.reset[t].copy_(reset)
+        self.memory = self.model.step(obs, new_episode, self.memory, reset)
+        return torch.cat([obs, self.memory], -1) if self.fed else obs
+
+    @torch.no_grad()
+    def record(self, t: int, step, actions: torch.Tensor, nxt, groups) -> None:
+        """After env.step: every slot's actions [E, N] taken from `step`, their goals and ends (from `nxt`)."""
+        self.actions[t].copy_(actions)
+        self.active_all[t].copy_(step.active)
+        self.episode_end[t].copy_(nxt.terminated | nxt.truncated)
+        if self.obs_all is not None:
+            self.obs_all[t].copy_(step.obs)
+        if self.goal_event is not None:
+            event = nxt.extras.get("goal_event")
+            if event is None:
+                raise UserError(f"coplayer.goal_weight: env {self.cfg.env!r} has goal_names but put no "
+                                f"extras['goal_event'] in its step (the EnvSpec.goal_names contract)")
+            self.goal_event[t].copy_(event)
+            given = self.scripted_goal[t]
+            given.fill_(-2)
+            for g in groups:
+                if getattr(g, "last_goal", None) is not None and not g.learning:
+                    given[:, g.index] = g.last_goal.to(given.dtype)
+
+    # ------------------------------------------------------------------ training
+
+    def update(self) -> dict[str, float]:
+        """Train on the stored rollout (`coplayer.epochs` full-batch steps); metrics of the first pass."""
+        c = self.c
+        learner_alive = self.active_all[:, :, self.slots]  # [T, E, K]
+        pair = learner_alive.unsqueeze(-1) & self.others  # [T, E, K, N]: learner k alive, n is a co-player
+        with torch.no_grad():
+            if self.goal_event is not None:
+                hindsight = hindsight_goals(self.goal_event, self.episode_end)
+                goal = torch.where(self.scripted_goal >= -1, self.scripted_goal, hindsight)  # [T, E, N]
+            if self.obs_all is not None:
+                sub_target, sub_valid = subgoal_targets(self.obs_all, self.episode_end, c.subgoal_horizon)
+        metrics: dict[str, torch.Tensor] = {}
+        for epoch in range(c.epochs):
+            emb = self.model.sequence(self.obs, self.new_episode, self.h0, self.reset)  # [T, E, K, H]
+            pred = self.model.predict(emb)
+            terms = {}
+            if "action" in pred:
+                logits = pred["action"]  # [T, E, K, N, A]
+                target = self.actions.unsqueeze(2).expand(-1, -1, self.K, -1)  # [T, E, K, N]
+                mask = pair & self.active_all.unsqueeze(2)
+                ce = F.cross_entropy(logits.flatten(0, -2), target.flatten(), reduction="none").view(target.shape)
+                terms["action"] = (c.action_weight, _masked_mean(ce, mask))
+                if epoch == 0:
+                    metrics["coplayer_action_acc"] = _masked_mean((logits.argmax(-1) == target).float(), mask)
+            if "goal" in pred:
+                logits = pred["goal"]  # [T, E, K, N, G]
+                target = goal.unsqueeze(2).expand(-1, -1, self.K, -1)
+                mask = pair & (target >= 0)
+                ce = F.cross_entropy(logits.flatten(0, -2), target.clamp(min=0).flatten(),
+                                     reduction="none").view(target.shape)
+                terms["goal"] = (c.goal_weight, _masked_mean(ce, mask))
+                if epoch == 0:
+                    metrics["coplayer_goal_acc"] = _masked_mean((logits.argmax(-1) == target).float(), mask)
+                    metrics["coplayer_goal_labelled"] = _masked_mean(mask.float(), pair)
+            if "subgoal" in pred:
+                err = (pred["subgoal"] - sub_target.unsqueeze(2)).pow(2).mean(-1)  # [T, E, K, N]
+                mask = pair & sub_valid[:, :, None, None]
+                terms["subgoal"] = (c.subgoal_weight, _masked_mean(err, mask))
+            if epoch == 0:
+                metrics.update({f"coplayer_{k}_loss": v.detach() for k, (_, v) in terms.items()})
+            if not self.trains:
+                break
+            loss = sum(w * v for w, v in terms.values())
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.after_backward is not None:
+                self.after_backward()
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.ppo.max_grad_norm or float("inf"),
+                                                  foreach=True)
+            if not torch.isfinite(loss.detach() + norm):
+                bad = next((f"{k} loss" for k, (_, v) in terms.items() if not torch.isfinite(v)), "gradient norm")
+                raise NonFiniteError(f"non-finite co-player {bad} in co-player epoch {epoch + 1}")
+            self.opt.step()
+        return {k: float(v) for k, v in metrics.items()}
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "memory": self.memory,
+                "pending_reset": self.pending_reset, "partner": self.partner}
+
+    def load_state_dict(self, sd: dict, with_memory: bool) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.opt.load_state_dict(sd["opt"])
+        if with_memory:
+            self.memory, self.pending_reset, self.partner = sd["memory"], sd["pending_reset"], sd["partner"]
