@@ -44,13 +44,22 @@ GAMES = {
                  "partners": {"stag": "scripted:staghunt_stag", "hare": "scripted:staghunt_hare",
                               "follower": "scripted:staghunt_follow", "random": "scripted:random",
                               "learned": "LEARNED"}},
-    "coingame": {"preset": "coingame/default",
+    "coingame": {"preset": str(ROOT / "benchmarks" / "coingame.yaml"),
                  "partners": {"cooperative": "scripted:coin_cooperative", "selfish": "scripted:coin_selfish",
                               "random": "scripted:random", "learned": "LEARNED"}},
 }
-# learner-group overrides per variant (inside the groups entry of the learner)
+# per variant: the learner group's settings (inside its groups entry) and run-level overrides. The co-player
+# model (models/coplayer.py) predicts the partner's next action and goal (staghunt: stag / hare; coin game: own /
+# other coin) from the learner's own observations; its memory persists across episodes while the partner stays
+# the same (reset when the population draws another member).
+COPLAYER = ["coplayer.enabled=true", "coplayer.action_weight=1.0", "coplayer.goal_weight=1.0",
+            "coplayer.memory=persistent"]
 VARIANTS = {
-    "mappo": "actor: mlp",
+    "mappo": ("actor: mlp", []),
+    "mappo+cpm-aux": ("actor: mlp", COPLAYER),
+    "mappo+cpm-fed": ("actor: mlp", [*COPLAYER, "coplayer.feed=policy"]),
+    "hyper+cpm-context": ("actor: hyper, hyper: {context: [coplayer], layers: last, hidden: 32, mlp_layers: 1}",
+                          COPLAYER),
 }
 COMMON = ["checkpoint_interval=0", "log.tensorboard=false", "log.progress=false", "diagnostics.every=0",
           "torch_threads=1", "eval_interval=0", "eval_episodes=32"]
@@ -99,14 +108,18 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
     if result.exists() and not (args.fresh or args.reeval):
         return run_dir
     t = time.time()
-    if not (run_dir / "summary.json").exists() or args.fresh:
+    if not (run_dir / "summary.json").exists() or args.fresh:  # else: trained, only its evaluation is missing
         shutil.rmtree(run_dir, ignore_errors=True)
         members = ", ".join(member(spec) for name, spec in partners.items() if name != held_out)
-        groups = (f"groups=[{{name: learner, agents: [0], {VARIANTS[variant]}}}, {{name: partner, agents: [1], "
+        learner, overrides = VARIANTS[variant]
+        groups = (f"groups=[{{name: learner, agents: [0], {learner}}}, {{name: partner, agents: [1], "
                   f"kind: population, sample: episode, members: [{members}]}}]")
-        train([groups, f"seed={seed}", f"total_env_steps={args.steps}", f"num_envs={args.num_envs}"],
+        train([groups, *overrides, f"seed={seed}", f"total_env_steps={args.steps}", f"num_envs={args.num_envs}"],
               preset_of(game), run_dir, {})
     t_train = time.time() - t
+    if args.train_only:
+        print(f"[trained] {game} {variant} -{held_out} seed {seed}: {t_train:.0f}s", flush=True)
+        return run_dir
     cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", partners[held_out],
            "--episodes", str(args.k), "--num-envs", str(args.eval_envs), "--memory", "both",
            "--out", str(run_dir / "heldout")]
@@ -248,6 +261,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coplayer_adaptation"))
     p.add_argument("--note", default="", help="text appended to the results file (budget, machine load, cuts)")
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--train-only", action="store_true", help="train what is missing, evaluate nothing")
     p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
