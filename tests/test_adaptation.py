@@ -90,3 +90,88 @@ def test_sampled_partners_are_reproducible_and_without_a_coplayer_model_memory_c
     assert on["return"] == off["return"] and on["team_return"] == off["team_return"]
     assert adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, memory=(True,), deterministic=False,
                  seed=5)["results"][0]["return"] != on["return"]
+
+
+# --------------------------------------------------------------------------- with a co-player model
+
+@pytest.fixture(scope="module")
+def coplayer_run(tmp_path_factory) -> Path:
+    """A tiny run whose learner has a co-player model (action + goal heads, belief fed to the policy)."""
+    run = tmp_path_factory.mktemp("adapt_cpm") / "run"
+    cfg = config_mod.build_config("staghunt/default", [
+        *TINY, "total_env_steps=80", "coplayer.enabled=true", "coplayer.goal_weight=1.0",
+        "coplayer.memory=persistent", "coplayer.feed=policy",
+        "groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: population, "
+        "members: [{policy: staghunt_stag}, {policy: staghunt_hare}]}]"])
+    Experiment(cfg, run, quiet=True).run()
+    return run
+
+
+def test_memory_on_keeps_the_coplayer_memory_across_episodes_and_off_restarts_it(coplayer_run, monkeypatch):
+    from hypermappo.models.coplayer import CoplayerModel
+
+    restarts = []
+    step = CoplayerModel.step
+
+    def spy(self, obs, new_episode, hidden, reset):
+        restarts.append(bool(reset.all()) if reset.any() else False)
+        return step(self, obs, new_episode, hidden, reset)
+
+    monkeypatch.setattr(CoplayerModel, "step", spy)
+    report = adapt(coplayer_run, ["scripted:staghunt_stag"], episodes=3, num_envs=4)  # memory on, then off
+    on, off = restarts[:75], restarts[75:]
+    assert len(off) == 75  # 3 episodes of 25 steps each
+    assert [t for t, r in enumerate(on) if r] == [0]
+    assert [t for t, r in enumerate(off) if r] == [0, 25, 50]
+    first = [r["action_accuracy"]["by_episode"][0] for r in report["results"]]
+    assert first[0] == first[1]  # episode 1 is the same with and without memory
+    assert report["results"][0]["return"]["mean"][0] == report["results"][1]["return"]["mean"][0]
+
+
+def _constant_prediction(action: int, goal: int):
+    def prediction(self, head, partner_slots):
+        E, K, P = self.memory.shape[0], self.slots.numel(), partner_slots.numel()
+        return torch.full((E, K, P), action if head == "action" else goal, dtype=torch.long)
+    return prediction
+
+
+@pytest.mark.parametrize("partner, action_acc, goal_acc", [
+    ("scripted:fixed@action=0", 1.0, "unlabelled"),  # writes no goal and stays put: it never catches anything
+    ("scripted:fixed@action=3", 0.0, None),
+    ("scripted:staghunt_stag", None, 1.0),  # its own target: the stag (goal 0)
+    ("scripted:staghunt_hare", None, 0.0),
+])
+def test_accuracy_compares_the_prediction_with_the_partners_action_and_goal(coplayer_run, monkeypatch, partner,
+                                                                            action_acc, goal_acc):
+    from hypermappo import adaptation
+
+    monkeypatch.setattr(adaptation.LearnerSide, "prediction", _constant_prediction(0, 0))
+    r = adapt(coplayer_run, [partner], episodes=2, num_envs=4, memory=(True,))["results"][0]
+    if action_acc is not None:
+        assert r["action_accuracy"]["by_episode"] == [action_acc, action_acc]
+        assert r["action_accuracy"]["by_step"] == [action_acc] * 25
+    if isinstance(goal_acc, float):
+        assert r["goal_accuracy"]["by_episode"] == [goal_acc, goal_acc]
+        assert r["goal_accuracy"]["count"] == [100.0, 100.0]  # every step of 4 envs x 25 steps is labelled
+    elif goal_acc == "unlabelled":
+        assert r["goal_accuracy"]["count"] == [0.0, 0.0]  # nothing labelled: no accuracy (NaN), not 0 or 1
+        assert all(x != x for x in r["goal_accuracy"]["by_episode"])
+
+
+def test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode():
+    """One env, two episodes of 3 steps; the partner completes goal 1 at step 2 of episode 1 and goal 0 at step 1
+    of episode 2; the model always predicts goal 1. Labels: episode 1: 1, 1, -1; episode 2: 0, -1, -1."""
+    from hypermappo.adaptation import _accuracy
+
+    events = [-1, 1, -1, 0, -1, -1]
+    trace = [{"episode": torch.tensor([i // 3]), "t": torch.tensor([i % 3]), "ended": torch.tensor([i % 3 == 2]),
+              "action_correct": torch.tensor([[[i % 2 == 0]]]), "goal_pred": torch.tensor([[[1]]]),
+              "scripted_goal": None, "goal_event": torch.tensor([[e]])} for i, e in enumerate(events)]
+    acc = _accuracy(trace, 2)
+    assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 0], [1, 0, 0]]
+    assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 0], [0, 0, 0]]
+    assert acc["action_accuracy"]["correct"].tolist() == [[1, 0, 1], [0, 1, 0]]
+    given = [dict(x, scripted_goal=torch.tensor([[g]])) for x, g in zip(trace, [-2, -2, 1, -1, 0, -2])]
+    acc = _accuracy(given, 2)  # a partner's own target (>= -1) wins over hindsight; -2: not given
+    assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 1], [0, 1, 0]]
+    assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 1], [0, 0, 0]]

@@ -57,7 +57,7 @@ class HeldOutMatch:
     def __init__(self, run_dir: Path, partner_group: str | None, num_envs: int, device):
         from hypermappo import config as config_mod
         from hypermappo.envs.registry import make_env
-        from hypermappo.policies.groups import Phase, group_specs, load_frozen_actor, resolve_slots, sub_spec
+        from hypermappo.policies.groups import group_specs, resolve_slots, sub_spec
 
         self.run_dir, self.device = Path(run_dir), device
         if not (self.run_dir / "config.yaml").exists():
@@ -85,21 +85,21 @@ class HeldOutMatch:
                             f"held-out evaluation plays learner groups against one partner group")
         self.partner_slots = slots[names.index(partner_group)]
         self.partner_spec = sub_spec(self.env.spec, self.partner_slots)
-        self.learners = []  # (slots [K] tensor, actor) of every learner group
-        for spec, s in zip(specs, slots):
-            if spec.name == partner_group:
-                continue
-            actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(self.run_dir), group=spec.name),
-                                      sub_spec(self.env.spec, s), device)
-            self.learners.append((torch.tensor(s, dtype=torch.long, device=device), actor))
+        self.learners = [LearnerSide(self.run_dir, spec, s, self.env.spec, num_envs, device)
+                         for spec, s in zip(specs, slots) if spec.name != partner_group]
+        self.coplayer = [x for x in self.learners if x.model is not None]  # learner groups with a co-player model
 
     @torch.no_grad()
     def play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool = True) -> dict:
         """`episodes` (K) consecutive episodes in every env against `partner` (a groups.Phase member).
 
-        Returns {"return": [E, K], "team": [E, K]} tensors (learner-group and team return of episode k). Sampled
-        actions (a frozen partner's, the learner's when not `deterministic`) draw from torch's global generator,
-        seeded with `seed` here and restored afterwards: every memory setting faces the same partner draws."""
+        Returns {"return": [E, K], "team": [E, K]} (learner-group and team return of episode k) and, when a learner
+        group has a co-player model, "action_accuracy" / "goal_accuracy": {"correct": [K, T], "count": [K, T]}
+        (predictions of the partner's action / goal at step t of episode k, summed over envs, learner agents
+        and partner slots; goal labels are a scripted partner's own target, else in hindsight the goal it
+        completes next in the episode; unlabelled steps do not count). Sampled actions (a frozen partner's, the
+        learner's when not `deterministic`) draw from torch's global generator, seeded with `seed` here and
+        restored afterwards: every memory setting faces the same partner draws."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self._play(partner, episodes, memory, seed, deterministic)
@@ -112,31 +112,34 @@ class HeldOutMatch:
         pstate = population.new_state(E)
         partner_id = torch.zeros(E, dtype=torch.long, device=device)
         generator = torch.Generator().manual_seed(seed + 1)
-        hidden = [torch.zeros(E, len(s), a.hidden_size, device=device) if a.hidden_size else None
-                  for s, a in self.learners]
-        reset = [torch.ones(E, len(s), dtype=torch.bool, device=device) for s, _ in self.learners]
-        learner_slots = torch.cat([s for s, _ in self.learners])  # [L]
+        for side in self.learners:
+            side.start(E)
+        learner_slots = torch.cat([side.slots for side in self.learners])  # [L]
         episode = torch.zeros(E, dtype=torch.long, device=device)  # index of the episode each env is playing
+        t_in_episode = torch.zeros(E, dtype=torch.long, device=device)
         running = torch.zeros(E, device=device)
         returns = torch.zeros(E, K, device=device)
         team = torch.zeros(E, K, device=device)
         rows = torch.arange(E, device=device)
+        trace = []  # per step, with a co-player model: what its accuracy needs
         s = self.env.reset(seed=seed)
         while bool((episode < K).any()):
             actions = torch.zeros((E, self.env.spec.num_agents), dtype=torch.long, device=device)
-            for i, (slots, actor) in enumerate(self.learners):
-                out = actor(s.obs[:, slots], None if s.available_actions is None else s.available_actions[:, slots],
-                            hidden[i], reset[i], active=s.active[:, slots])
-                hidden[i] = out.hidden
-                actions[:, slots] = (out.dist.mode() if deterministic else out.dist.sample()).long()
-            partner_actions, _ = population.act(s, self.env, pstate, partner_id, generator)
+            for side in self.learners:
+                actions[:, side.slots] = side.act(s, memory, deterministic)
+            partner_actions, partner_goal = population.act(s, self.env, pstate, partner_id, generator)
             actions[:, population.slots] = partner_actions.long()
-            s = self.env.step(actions)
-            for i, (slots, _) in enumerate(self.learners):
-                reset[i] = s.done[:, slots]
+            nxt = self.env.step(actions)
+            ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
+            if self.coplayer:
+                trace.append(self._trace_step(population.slots, partner_actions, partner_goal, nxt, ended, episode,
+                                              t_in_episode))
+            s = nxt
+            for side in self.learners:
+                side.observe(s)
             population.observe(pstate, s.done[:, population.slots])
             running = running + s.reward[:, learner_slots].mean(-1)
-            ended = s.episode_done if s.episode_done is not None else s.done.all(-1)  # [E]
+            t_in_episode = t_in_episode + 1
             if bool(ended.any()):
                 record = ended & (episode < K)
                 k = episode.clamp(max=K - 1)
@@ -144,8 +147,120 @@ class HeldOutMatch:
                 team[rows[record], k[record]] = s.episode_return[record]
                 running = torch.where(ended, 0.0, running)
                 episode = episode + ended.long()
-        self.memory = memory  # the co-player memory setting (no learner state crosses episodes without one)
-        return {"return": returns, "team": team}
+                t_in_episode = torch.where(ended, 0, t_in_episode)
+        out = {"return": returns, "team": team}
+        if self.coplayer:
+            out.update(_accuracy(trace, K))
+        return out
+
+    def _trace_step(self, partner_slots, partner_actions, partner_goal, nxt, ended, episode, t_in_episode) -> dict:
+        """One step's predictions (of every learner agent with a co-player model) and the partner's truth."""
+        act_pred = torch.cat([side.prediction("action", partner_slots) for side in self.coplayer], 1)  # [E, Q, P]
+        goal_pred = [side.prediction("goal", partner_slots) for side in self.coplayer]
+        event = nxt.extras.get("goal_event")
+        return {"episode": episode, "t": t_in_episode, "ended": ended,
+                "action_correct": act_pred == partner_actions.unsqueeze(1),  # [E, Q, P]
+                "goal_pred": torch.cat(goal_pred, 1) if all(g is not None for g in goal_pred) else None,
+                "scripted_goal": partner_goal,  # [E, P] or None
+                "goal_event": event[:, partner_slots] if event is not None else None}  # [E, P]
+
+
+class LearnerSide:
+    """A learner group of a trained run, acting without updates: its actor and, if it has one, its co-player
+    model with its memory (kept across episodes when `memory`, else restarted at each episode start)."""
+
+    def __init__(self, run_dir: Path, spec, slots: list[int], env_spec, num_envs: int, device):
+        from hypermappo.policies.groups import Learner, Phase, load_frozen_actor, sub_spec
+
+        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        self.model = None
+        group_spec = sub_spec(env_spec, slots)
+        if not spec.cfg.coplayer.enabled:
+            self.actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(run_dir), group=spec.name), group_spec,
+                                           device)
+            self.fed = False
+            return
+        sd = _latest_checkpoint(run_dir, device)["groups"][spec.name]["learner"]
+        learner = Learner(spec.cfg, group_spec, num_envs, device, 0, env_spec, slots)  # the run's shapes
+        learner.actor.load_state_dict(sd["actor"])
+        learner.coplayer.model.load_state_dict(sd["coplayer"]["model"])
+        self.actor = learner.actor.requires_grad_(False).eval()
+        self.model = learner.coplayer.model.requires_grad_(False).eval()
+        self.fed = learner.coplayer.fed
+
+    def start(self, E: int) -> None:
+        K, device = self.slots.numel(), self.slots.device
+        self.hidden = torch.zeros(E, K, self.actor.hidden_size, device=device) if self.actor.hidden_size else None
+        self.reset = torch.ones(E, K, dtype=torch.bool, device=device)  # the actor's: every episode start
+        self.memory = torch.zeros(E, K, self.model.hidden_size, device=device) if self.model is not None else None
+        self.first = True
+
+    def act(self, s, memory: bool, deterministic: bool) -> torch.Tensor:
+        """Actions [E, K]; the co-player memory consumes this step's own observations first."""
+        obs = s.obs[:, self.slots]  # [E, K, D]
+        actor_obs = obs
+        if self.model is not None:
+            restart = self.reset if (self.first or not memory) else torch.zeros_like(self.reset)
+            self.memory = self.model.step(obs, self.reset, self.memory, restart)  # [E, K, H]
+            self.first = False
+            if self.fed:
+                actor_obs = torch.cat([obs, self.memory], -1)
+        available = None if s.available_actions is None else s.available_actions[:, self.slots]
+        out = self.actor(actor_obs, available, self.hidden, self.reset, active=s.active[:, self.slots])
+        self.hidden = out.hidden
+        return (out.dist.mode() if deterministic else out.dist.sample()).long()
+
+    def observe(self, s) -> None:
+        self.reset = s.done[:, self.slots]
+
+    def prediction(self, head: str, partner_slots: torch.Tensor) -> torch.Tensor | None:
+        """The model's argmax prediction of each partner slot's action or goal: [E, K, P] (None: no such head)."""
+        logits = self.model.predict(self.memory).get(head)  # [E, K, N, A or G]
+        return None if logits is None else logits[:, :, partner_slots].argmax(-1)
+
+
+def _latest_checkpoint(run_dir: Path, device) -> dict:
+    from hypermappo.experiment import read_checkpoint
+
+    reasons = []
+    for path in sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.pt"), reverse=True):
+        try:
+            return read_checkpoint(path, device)
+        except (ValueError, OSError) as e:
+            reasons.append(f"{path.name}: {e}")
+    raise UserError(f"adapt: run {str(run_dir)!r} has no intact checkpoint ({'; '.join(reasons) or 'none there'})")
+
+
+def _accuracy(trace: list[dict], K: int) -> dict:
+    """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each."""
+    from hypermappo.algos.coplayer import hindsight_goals
+
+    episode = torch.stack([x["episode"] for x in trace])  # [S, E]
+    t = torch.stack([x["t"] for x in trace])
+    T = int(t.max()) + 1
+    valid = episode < K
+    cell = (episode.clamp(max=K - 1) * T + t)[valid]  # [V]
+
+    def grid(correct: torch.Tensor, counted: torch.Tensor) -> dict:  # [S, E, ...] -> sums per cell [K, T]
+        c = correct.float().flatten(2).sum(-1)[valid]
+        n = counted.float().flatten(2).sum(-1)[valid]
+        return {"correct": torch.zeros(K * T).index_add_(0, cell, c).view(K, T),
+                "count": torch.zeros(K * T).index_add_(0, cell, n).view(K, T)}
+
+    action = torch.stack([x["action_correct"] for x in trace])  # [S, E, Q, P]
+    out = {"action_accuracy": grid(action, torch.ones_like(action))}
+    if trace[0]["goal_pred"] is not None:
+        pred = torch.stack([x["goal_pred"] for x in trace])  # [S, E, Q, P]
+        ended = torch.stack([x["ended"] for x in trace])  # [S, E]
+        event = trace[0]["goal_event"]
+        label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended) if event is not None \
+            else torch.full(pred[:, :, 0].shape, -1, dtype=torch.long)  # [S, E, P]
+        if trace[0]["scripted_goal"] is not None:
+            given = torch.stack([x["scripted_goal"] for x in trace])
+            label = torch.where(given >= -1, given, label)
+        label = label.unsqueeze(2).expand_as(pred)
+        out["goal_accuracy"] = grid((pred == label) & (label >= 0), label >= 0)
+    return out
 
 
 def _curve(x: torch.Tensor) -> dict:
@@ -153,6 +268,18 @@ def _curve(x: torch.Tensor) -> dict:
     E = x.shape[0]
     sem = x.std(0) / math.sqrt(E) if E > 1 else torch.zeros(x.shape[1])
     return {"mean": x.mean(0).tolist(), "sem": sem.tolist()}
+
+
+def _rates(sums: dict) -> dict:
+    """Accuracy per episode index, per step of the episode (over all K episodes), per (k, t), and overall;
+    NaN where nothing was counted (e.g. no goal label)."""
+    c, n = sums["correct"], sums["count"]
+
+    def rate(correct, count):
+        return torch.where(count > 0, correct / count.clamp(min=1), torch.nan).tolist()
+
+    return {"overall": rate(c.sum(), n.sum()), "by_episode": rate(c.sum(1), n.sum(1)),
+            "by_step": rate(c.sum(0), n.sum(0)), "by_episode_step": rate(c, n), "count": n.sum(1).tolist()}
 
 
 def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, memory=(True, False),
@@ -173,8 +300,12 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
     for spec, member in zip(partners, members):
         for mem in memory:
             played = match.play(member, episodes, mem, seed, deterministic)
-            results.append({"partner": _label(member), "source": spec, "memory": bool(mem),
-                            "return": _curve(played["return"]), "team_return": _curve(played["team"])})
+            result = {"partner": _label(member), "source": spec, "memory": bool(mem),
+                      "return": _curve(played["return"]), "team_return": _curve(played["team"])}
+            for name in ("action_accuracy", "goal_accuracy"):
+                if name in played:
+                    result[name] = _rates(played[name])
+            results.append(result)
     report = {"run_dir": str(run_dir), "env": match.cfg.env, "episodes": episodes, "num_envs": num_envs,
               "seed": seed, "deterministic": deterministic, "results": results}
     if out is not None:
