@@ -121,7 +121,9 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
         print(f"[trained] {game} {variant} -{held_out} seed {seed}: {t_train:.0f}s", flush=True)
         return run_dir
     cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", partners[held_out],
-           "--episodes", str(args.k), "--num-envs", str(args.eval_envs), "--memory", "both",
+           "--episodes", str(args.k), "--num-envs", str(args.eval_envs),
+           # without a co-player model nothing crosses episodes: memory on and off are the same (test_adaptation)
+           "--memory", "both" if any(o.startswith("coplayer.enabled=true") for o in VARIANTS[variant][1]) else "on",
            "--out", str(run_dir / "heldout")]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                    env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
@@ -141,12 +143,16 @@ def collect(game: str, args, seeds: list[int]) -> dict:
             seeds_ret, seeds_act, seeds_goal, folds_done = [], [], [], set()
             for seed in seeds:
                 curves, act, goal = [], [], []
-                for held_out in GAMES[game]["partners"]:
-                    path = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}" / "heldout" / "adaptation.json"
-                    if not path.exists():
-                        continue
+                paths = [Path(args.runs) / game / f"{variant}_minus_{h}_s{seed}" / "heldout" / "adaptation.json"
+                         for h in GAMES[game]["partners"]]
+                if not all(p.exists() for p in paths):
+                    continue  # a seed counts only with every leave-one-out fold evaluated
+                for held_out, path in zip(GAMES[game]["partners"], paths):
                     folds_done.add(held_out)
-                    r = next(x for x in json.loads(path.read_text())["results"] if x["memory"] == memory)
+                    results = json.loads(path.read_text())["results"]
+                    if len(results) == 1 and not memory:
+                        continue  # no co-player model: evaluated once (memory changes nothing)
+                    r = next(x for x in results if x["memory"] == memory)
                     curves.append(r["return"]["mean"])
                     if "action_accuracy" in r:
                         act.append(r["action_accuracy"]["by_episode"])

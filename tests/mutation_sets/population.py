@@ -5,6 +5,7 @@ GROUPS = "src/hypermappo/policies/groups.py"
 ADAPT = "src/hypermappo/adaptation.py"
 T_POP = "tests/test_population.py"
 T_ADAPT = "tests/test_adaptation.py"
+RESTART = "restart = self.reset if (self.first or not memory) else torch.zeros_like(self.reset)"
 
 
 def mutations(M):
@@ -78,4 +79,31 @@ def mutations(M):
         M("adapt_partner_draws_unseeded", ADAPT, "            torch.manual_seed(seed)\n", "",
           (f"{T_ADAPT}::test_sampled_partners_are_reproducible_and_without_a_coplayer_model_memory_changes_nothing",),
           "memory on / off face different partner draws"),
+        M("adapt_memory_ignored", ADAPT, RESTART, "restart = self.reset",
+          (f"{T_ADAPT}::test_memory_on_keeps_the_coplayer_memory_across_episodes_and_off_restarts_it",),
+          "memory on restarts the co-player memory every episode anyway"),
+    M("adapt_memory_never_restarts", ADAPT, RESTART,
+          "restart = self.reset if self.first else torch.zeros_like(self.reset)",
+          (f"{T_ADAPT}::test_memory_on_keeps_the_coplayer_memory_across_episodes_and_off_restarts_it",),
+          "memory off keeps the memory across episodes"),
+    M("adapt_accuracy_against_learner_action", ADAPT, '"action_correct": act_pred == partner_actions.unsqueeze(1),',
+          '"action_correct": act_pred == nxt.obs.new_zeros(act_pred.shape, dtype=torch.long),',
+          (f"{T_ADAPT}::test_accuracy_compares_the_prediction_with_the_partners_action_and_goal",),
+          "accuracy against a wrong truth"),
+    M("adapt_scripted_goal_ignored", ADAPT, "            label = torch.where(given >= -1, given, label)\n", "",
+          (f"{T_ADAPT}::test_accuracy_compares_the_prediction_with_the_partners_action_and_goal",),
+          "a scripted partner's own target not used as its goal label"),
+    M("adapt_unlabelled_goals_counted", ADAPT, 'out["goal_accuracy"] = grid((pred == label) & (label >= 0), label >= 0)',
+          'out["goal_accuracy"] = grid(pred == label, torch.ones_like(label, dtype=torch.bool))',
+          (f"{T_ADAPT}::test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode",),
+          "unlabelled steps counted as wrong"),
+    M("adapt_hindsight_across_episodes", ADAPT,
+          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended) if event is not None',
+          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), torch.zeros_like(ended)) '
+          'if event is not None',
+          (f"{T_ADAPT}::test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode",),
+          "a hindsight label taken from the next episode"),
+    M("adapt_accuracy_step_index_not_reset", ADAPT, "t_in_episode = torch.where(ended, 0, t_in_episode)", "pass",
+          (f"{T_ADAPT}::test_accuracy_compares_the_prediction_with_the_partners_action_and_goal",),
+          "per-step accuracy keyed by the global step"),
     ]
