@@ -38,6 +38,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+SRC = [str(ROOT / "src")]  # the source the runs use (--src: a snapshot, so the tree can change meanwhile)
 
 GAMES = {
     "staghunt": {"preset": "staghunt/egocentric",
@@ -76,7 +77,7 @@ def member(spec: str) -> str:
 def train(cmd_overrides: list[str], preset: str, run_dir: Path, env_extra: dict) -> None:
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", preset, *cmd_overrides, f"run_dir={run_dir}", *COMMON]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1", **env_extra})
+                   env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1", **env_extra})
 
 
 def learned_partner(game: str, args) -> Path:
@@ -126,7 +127,7 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
            "--memory", "both" if any(o.startswith("coplayer.enabled=true") for o in VARIANTS[variant][1]) else "on",
            "--out", str(run_dir / "heldout")]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"})
+                   env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
     (run_dir / "heldout" / "timing.json").write_text(json.dumps({"train_s": t_train,
                                                                  "eval_s": time.time() - t - t_train}))
     print(f"[done] {game} {variant} -{held_out} seed {seed}: train {t_train:.0f}s, eval "
@@ -266,12 +267,15 @@ def main() -> None:
     p.add_argument("--runs", default=str(ROOT / "runs" / "bench_coplayer_adaptation"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coplayer_adaptation"))
     p.add_argument("--note", default="", help="text appended to the results file (budget, machine load, cuts)")
+    p.add_argument("--src", help="source tree the runs import (default: this checkout's src)")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--train-only", action="store_true", help="train what is missing, evaluate nothing")
     p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     args.games = [g for g in args.games.split(",") if g]
+    if args.src:
+        SRC[0] = str(Path(args.src).resolve())
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     if not args.report_only:
