@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 DEFAULT_ENVS = "matrix:climbing,staghunt,mpe:simple_spread,mpe2:simple_spread_v3,vmas:simple_spread,smax:3m"
+# coin game (issue 15): batched in torch like the stag hunt
+DEFAULT_ENVS += ",coingame"
 SLOW_PREFIXES = ("mpe2", "pettingzoo", "gym")  # one Python env per copy: steps are capped (--max-env-steps)
 BATCHED_SPREAD = ("mpe:simple_spread", "vmas:simple_spread")
 ADAPTER_SPREAD = "mpe2:simple_spread_v3"

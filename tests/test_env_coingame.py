@@ -8,7 +8,8 @@ import torch
 from pettingzoo.test import parallel_api_test
 
 from hypermappo.envs.coingame import CoinGameParallelEnv, CoinGameVecEnv
-from hypermappo.envs.contract import random_actions, run_random
+from hypermappo.envs.contract import check_step, random_actions, run_random
+from hypermappo.envs.pettingzoo import AdapterVecEnv, ParallelEnvAdapter
 from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
 
@@ -191,25 +192,37 @@ def test_parallel_api_infos_and_render():
     assert sum(e == 1 for e in events) == infos["red"]["other_coins"]
 
 
-def test_pettingzoo_adapter_turns_infos_into_goal_event_extras():
+class SparseGoalInfos(CoinGameParallelEnv):
+    """Reports goal_event in an agent's info only on the steps it completes a goal (the adapter's "missing")."""
+
+    def _infos(self, extras, ended):
+        infos = super()._infos(extras, ended)
+        return {a: {k: v for k, v in info.items() if not (k == "goal_event" and v == -1)} for a, info in infos.items()}
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_pettingzoo_adapter_turns_infos_into_goal_event_extras(sparse):
     """The adapter (env i seeded with seed + i) reproduces the torch env's goal events and rewards."""
-    env = make_env("pettingzoo:hypermappo.envs.coingame:CoinGameParallelEnv", 2, episode_length=6)
+    if sparse:
+        env = AdapterVecEnv(lambda: ParallelEnvAdapter(SparseGoalInfos(episode_length=30)), 2)
+    else:
+        env = make_env("pettingzoo:hypermappo.envs.coingame:CoinGameParallelEnv", 2, episode_length=30)
     assert env.spec.goal_names == ["own_coin", "other_coin"]
-    singles = [CoinGameVecEnv(1, episode_length=6) for _ in range(2)]
+    singles = [CoinGameVecEnv(1, episode_length=30) for _ in range(2)]
     s = env.reset(seed=5)
     for i, single in enumerate(singles):
         single.reset(seed=5 + i)
     assert s.extras["goal_event"].tolist() == [[-1, -1], [-1, -1]]
     g = torch.Generator().manual_seed(0)
     fired = 0
-    for _ in range(5):  # within the first episode: the adapter reseeds auto-resets differently
+    for _ in range(25):  # within the first episode: the adapter reseeds auto-resets differently
         actions = random_actions(env, s, g)
         s = env.step(actions)
         ss = [single.step(actions[i:i + 1]) for i, single in enumerate(singles)]
         assert torch.equal(s.extras["goal_event"], torch.cat([x.extras["goal_event"] for x in ss]))
         assert torch.equal(s.reward, torch.cat([x.reward for x in ss]))
         fired += int((s.extras["goal_event"] >= 0).sum())
-    assert fired > 0, "the comparison should include picks"
+    assert fired > 3, "the comparison should include picks, and steps after them"
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -224,6 +237,29 @@ def test_bad_kwargs_raise_user_error(kwargs, words):
         make_env("coingame", 2, **kwargs)
 
 
+def test_contract_checks_goal_events():
+    env = CoinGameVecEnv(2)
+    s = env.reset(seed=0)
+    check_step(env, s)
+    for bad in (torch.full((2, 2), 2), torch.full((2, 2), -1, dtype=torch.int32), torch.full((2, 3), -1)):
+        s.extras["goal_event"] = bad
+        with pytest.raises(AssertionError):
+            check_step(env, s)
+    del s.extras["goal_event"]
+    with pytest.raises(AssertionError, match="puts extras\\['goal_event'\\]"):
+        check_step(env, s)
+
+
 def test_variant_name_is_a_user_error():
     with pytest.raises(UserError, match="coingame takes no variant name"):
         make_env("coingame:big", 2)
+
+
+def test_evaluation_reports_episode_extras_but_not_per_agent_goal_events():
+    """goal_event is [E, N], not an episode statistic: evaluation must skip it (E != N here)."""
+    from hypermappo.config import build_config
+    from hypermappo.evaluation import play_episodes
+
+    cfg = build_config(None, base={"env": "coingame", "env_kwargs": {"episode_length": 4}})
+    result = play_episodes(cfg, 5, lambda env, s: torch.full((5, 2), RIGHT, dtype=torch.long))
+    assert "own_coins" in result and "other_coins" in result and "goal_event" not in result

@@ -291,3 +291,102 @@ def test_parallel_env_renders_the_final_state_at_episode_end():
 def test_bad_kwargs_raise_user_error(kwargs, words):
     with pytest.raises(UserError, match=words):
         make_env("staghunt", 2, **kwargs)
+
+
+# ------------------------------------------------------------------ goal labels
+STAG, HARE = 0, 1
+
+
+def test_goal_event_fires_exactly_for_the_hunters_on_caught_prey():
+    env = StagHuntVecEnv(1, n_hunters=3)
+    s = env.reset(seed=0)
+    assert env.spec.goal_names == ["stag", "hare"]
+    assert s.extras["goal_event"].tolist() == [[-1, -1, -1]]
+    place(env, hunters=[[1, 2], [2, 1], [4, 1]], stags=[[2, 2]], hares=[[4, 0], [0, 4]])
+    s = act(env, DOWN, RIGHT, LEFT)  # two hunters catch the stag, the third a hare
+    assert s.extras["goal_event"].tolist() == [[STAG, STAG, HARE]]
+    assert s.reward.tolist() == [[11.0, 11.0, 11.0]], "shared reward: the team's, goal only for the catchers"
+    s = act(env, STAY, STAY, STAY)
+    assert s.extras["goal_event"].tolist() == [[-1, -1, -1]], "nothing caught, no goal completed"
+    place(env, hunters=[[1, 2], [0, 0], [4, 4]], stags=[[2, 2]], hares=[[0, 4], [3, 3]])
+    s = act(env, DOWN, STAY, STAY)  # alone on the stag: no catch, no goal
+    assert s.extras["goal_event"].tolist() == [[-1, -1, -1]]
+
+
+def test_goal_event_matches_captures_on_random_play():
+    env = StagHuntVecEnv(64, stag_min_hunters=1, episode_length=10)
+    steps = run_random(env, 10, seed=1)
+    events = torch.stack([s.extras["goal_event"] for s in steps[1:]])  # [T, E, H]
+    last = steps[-1]
+    assert last.episode_done.all()
+    # with one hunter per catch, each capture has >= 1 event; two hunters on one prey share it
+    assert ((events == STAG).sum((0, 2)) >= last.extras["stag_captures"]).all()
+    assert ((events == HARE).sum((0, 2)) >= last.extras["hare_captures"]).all()
+    assert torch.equal((events == STAG).any(-1).sum(0), last.extras["stag_captures"]), "one stag: a step per capture"
+    assert int(last.extras["hare_captures"].sum()) > 20 and int(last.extras["stag_captures"].sum()) > 5
+
+
+def test_parallel_env_and_adapter_carry_goal_events():
+    env = StagHuntParallelEnv()
+    obs, infos = env.reset(seed=0)
+    assert env.goal_names == ["stag", "hare"] and infos["hunter_0"] == {"goal_event": -1}
+    place(env.vec, hunters=[[1, 2], [2, 1]], stags=[[2, 2]], hares=[[0, 0], [2, 0]])
+    _, _, _, _, infos = env.step({"hunter_0": DOWN, "hunter_1": LEFT})
+    assert infos["hunter_0"]["goal_event"] == -1 and infos["hunter_1"]["goal_event"] == HARE
+    vec = make_env("pettingzoo:hypermappo.envs.staghunt:StagHuntParallelEnv", 3, stag_min_hunters=1)
+    s = vec.reset(seed=0)
+    assert vec.spec.goal_names == ["stag", "hare"] and s.extras["goal_event"].tolist() == [[-1, -1]] * 3
+    singles = [StagHuntVecEnv(1, stag_min_hunters=1) for _ in range(3)]
+    for i, single in enumerate(singles):
+        single.reset(seed=i)
+    g = torch.Generator().manual_seed(0)
+    fired = 0
+    for _ in range(24):
+        actions = random_actions(vec, s, g)
+        s = vec.step(actions)
+        expected = torch.cat([single.step(actions[i:i + 1]).extras["goal_event"] for i, single in enumerate(singles)])
+        assert torch.equal(s.extras["goal_event"], expected)
+        fired += int((expected >= 0).sum())
+    assert fired > 0
+
+
+# ------------------------------------------------------------------ snowdrift payoffs
+B, C = 10.0, 6.0  # stag_reward (benefit to everyone) and stag_cost (split among the catchers)
+
+
+def snowdrift(**kwargs) -> StagHuntVecEnv:
+    env = StagHuntVecEnv(1, payoff="snowdrift", **kwargs)
+    env.reset(seed=0)
+    place(env, hunters=[[1, 2], [2, 1]], stags=[[2, 2]], hares=[[0, 0], [4, 4]])
+    return env
+
+
+def test_snowdrift_payoffs_follow_t_r_s_p():
+    assert snowdrift().spec.team_reward is False
+    both = act(snowdrift(), DOWN, RIGHT).reward.tolist()[0]  # R, R
+    alone = act(snowdrift(), DOWN, STAY).reward.tolist()[0]  # S, T
+    nobody = act(snowdrift(), STAY, STAY).reward.tolist()[0]  # P, P
+    r, (s, t), p = both[0], alone, nobody[0]
+    assert both == [B - C / 2, B - C / 2] and alone == [B - C, B] and nobody == [0.0, 0.0]
+    assert t > r > s > p, "the snowdrift ordering"
+
+
+def test_snowdrift_cost_is_shared_by_all_catchers_and_hares_pay_their_catcher():
+    env = StagHuntVecEnv(1, payoff="snowdrift", n_hunters=4, stag_cost=9.0)
+    env.reset(seed=0)
+    place(env, hunters=[[1, 2], [2, 1], [3, 2], [0, 1]], stags=[[2, 2]], hares=[[0, 0], [4, 4]])
+    s = act(env, DOWN, RIGHT, UP, LEFT)
+    assert s.reward.tolist() == [[B - 3.0, B - 3.0, B - 3.0, B + 1.0]]
+    assert s.extras["goal_event"].tolist() == [[STAG, STAG, STAG, HARE]]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"payoff": "chicken"}, "payoff='chicken' is invalid"),
+    ({"payoff": "snowdrift", "stag_cost": 12.0}, "breaks the snowdrift ordering"),
+    ({"payoff": "snowdrift", "stag_cost": 0.0}, "breaks the snowdrift ordering"),
+    ({"payoff": "snowdrift", "shared_reward": True}, "snowdrift rewards are individual"),
+    ({"stag_cost": 3.0}, "stag_cost=3.0 only applies to payoff='snowdrift'"),
+])
+def test_bad_payoff_kwargs_raise_user_error(kwargs, words):
+    with pytest.raises(UserError, match=words):
+        make_env("staghunt", 2, **kwargs)

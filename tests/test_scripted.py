@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from hypermappo.envs.coingame import CoinGameVecEnv
 from hypermappo.envs.matrix import MatrixGameVecEnv
 from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
 from hypermappo.envs.staghunt import StagHuntVecEnv
@@ -133,3 +134,117 @@ def test_spread_rule_refuses_continuous_actions():
     env = SimpleSpreadVecEnv(1, continuous_actions=True)
     with pytest.raises(UserError, match="needs discrete actions"):
         act("spread_nearest_landmark", env, env.reset(seed=0), [0])
+
+
+# ---------------------------------------------------------------- goal labels of scripted partners
+def rollout_goals(env, rules: dict[str, list[int]], steps: int, seed: int = 0):
+    """Play rule -> slots for `steps` steps; yields (the goal each slot's rule wrote [E, N], the env's state before
+    the step, the step after)."""
+    step = env.reset(seed=seed)
+    contexts = {name: ScriptedContext(env, torch.tensor(slots), torch.Generator().manual_seed(seed))
+                for name, slots in rules.items()}
+    for _ in range(steps):
+        actions = torch.zeros(env.num_envs, env.spec.num_agents, dtype=torch.long)
+        goals = torch.full_like(actions, -2)
+        for name, ctx in contexts.items():
+            actions[:, ctx.slots] = get_scripted(name)(step, ctx)
+            goals[:, ctx.slots] = ctx.goal
+        before = env.get_state()
+        step = env.step(actions)
+        yield goals, before, step
+
+
+def manhattan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [E, H, 2], b [E, P, 2] -> [E, H, P] grid distances."""
+    return (a.unsqueeze(2) - b.unsqueeze(1)).abs().sum(-1)
+
+
+@pytest.mark.parametrize("rules", [{"staghunt_stag": [0, 1]}, {"staghunt_hare": [0, 1]},
+                                   {"staghunt_stag": [0], "staghunt_hare": [1]}])
+def test_staghunt_goal_labels_of_scripted_partners_equal_their_targets(rules):
+    """The goal a scripted hunter writes is the prey kind it walks to: every step it gets one cell nearer to the
+    nearest prey of that kind (or stays on it), and it completes goals of that kind."""
+    env = StagHuntVecEnv(64, episode_length=100)
+    kind = torch.where(torch.arange(env.n_prey) < env.n_stags, 0, 1)  # [P] goal index of each prey slot
+    completed = torch.zeros(2, dtype=torch.long)  # [slot]: goals completed of the kind it went for
+    for goals, before, step in rollout_goals(env, rules, 40):
+        assert (goals >= 0).all(), "prey always respawns, so there is always a target"
+        wrong_kind = kind != goals.unsqueeze(-1)  # [E, H, P]: prey of another kind than the hunter's goal
+        old = manhattan(before["hunters"], before["prey"]).masked_fill(wrong_kind, 10**6).amin(-1)  # [E, H]
+        new = manhattan(env.hunters, before["prey"]).masked_fill(wrong_kind, 10**6).amin(-1)  # [E, H]
+        assert torch.equal(new, (old - 1).clamp(min=0)), "each hunter walks to a prey of its goal's kind"
+        completed += (step.extras["goal_event"] == goals).sum(0)
+    if "staghunt_hare" in rules:
+        assert (completed[rules["staghunt_hare"]] > 20).all()
+    if rules.get("staghunt_stag") == [0, 1]:
+        assert (completed > 10).all(), "two stag hunters catch stags together"
+
+
+def test_staghunt_follow_and_a_gone_prey_write_no_goal():
+    env, step = staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]], alive=[[False, True, True]])
+    ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0))
+    get_scripted("staghunt_stag")(step, ctx)
+    assert ctx.goal.tolist() == [[-1, -1]], "no stag left: no target"
+    get_scripted("staghunt_hare")(step, ctx)
+    assert ctx.goal.tolist() == [[1, 1]]
+    get_scripted("staghunt_follow")(step, ctx)
+    assert ctx.goal.tolist() == [[-1, -1]]
+
+
+def coins(players, coin_pos, colours) -> tuple[CoinGameVecEnv, object]:
+    players, coin_pos = torch.tensor(players), torch.tensor(coin_pos)
+    env = CoinGameVecEnv(players.shape[0], grid_size=5, n_coins=coin_pos.shape[1])
+    step = env.reset(seed=0)
+    env.players, env.coins, env.coin_colour = players, coin_pos, torch.tensor(colours)
+    return env, step
+
+
+def test_coin_rules_walk_to_their_coins_and_write_the_goal():
+    # env 0: red (slot 0) at (0,0); a red coin at (0,3), a blue coin at (1,0); blue (slot 1) at (4,4)
+    env, step = coins([[[0, 0], [4, 4]]], [[[0, 3], [1, 0]]], [[0, 1]])
+    ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0))
+    assert get_scripted("coin_cooperative")(step, ctx).tolist() == [[RIGHT, LEFT]]  # own coins only
+    assert ctx.goal.tolist() == [[0, 0]]
+    assert get_scripted("coin_selfish")(step, ctx).tolist() == [[DOWN, UP]]  # nearest: blue (1,0), red (0,3)
+    assert ctx.goal.tolist() == [[1, 1]]
+    # only a blue coin: the cooperative red player stays and has no goal
+    env, step = coins([[[0, 0], [4, 4]]], [[[2, 0]]], [[1]])
+    ctx = ScriptedContext(env, torch.tensor([0]), torch.Generator().manual_seed(0))
+    assert get_scripted("coin_cooperative")(step, ctx).tolist() == [[STAY]] and ctx.goal.tolist() == [[-1]]
+
+
+@pytest.mark.parametrize("rules, other_share", [({"coin_cooperative": [0, 1]}, (0.0, 0.0)),
+                                                ({"coin_selfish": [0, 1]}, (0.3, 0.7)),
+                                                ({"coin_cooperative": [0], "coin_selfish": [1]}, (0.0, 1.0))])
+def test_coin_goal_labels_of_scripted_partners_equal_their_targets(rules, other_share):
+    env = CoinGameVecEnv(64)
+    completed = torch.zeros(2)
+    other = torch.zeros(2)
+    for goals, _, step in rollout_goals(env, rules, 40):
+        event = step.extras["goal_event"]
+        fired = event >= 0
+        assert torch.equal(event[fired], goals[fired]), "the coin a rule picks is the kind it was going for"
+        completed += fired.sum(0)
+        other += (event == 1).sum(0)
+    assert (completed > 100).all()
+    low, high = other_share
+    share = other / completed
+    assert (share >= low).all() and (share <= high).all(), share
+    if "coin_cooperative" in rules:
+        assert (other[rules["coin_cooperative"]] == 0).all(), "cooperative players never take the other's coin"
+
+
+def test_coin_rules_refuse_other_envs():
+    env = StagHuntVecEnv(1)
+    with pytest.raises(UserError, match=r"^scripted policy 'coin_selfish' plays the coin game"):
+        act("coin_selfish", env, env.reset(seed=0), [0])
+
+
+@pytest.mark.parametrize("name", ["coin_cooperative", "coin_selfish", "staghunt_stag"])
+def test_dead_slots_take_the_noop_and_have_no_goal(name):
+    env, step = (coins([[[0, 0], [4, 4]]], [[[2, 2]]], [[1]]) if name.startswith("coin")
+                 else staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]]))
+    dead = dataclasses.replace(step, active=torch.tensor([[False, True]]))
+    ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0))
+    out = get_scripted(name)(dead, ctx)
+    assert out[0, 0] == 0 and ctx.goal[0, 0] == -1 and ctx.goal[0, 1] >= 0

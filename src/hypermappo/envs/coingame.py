@@ -36,7 +36,6 @@ from typing import ClassVar
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.staghunt import _GOLDEN32, _MASK32, _MOVES, _check_float, _check_int, _hash32
@@ -46,13 +45,7 @@ from hypermappo.errors import UserError
 GOAL_NAMES = ("own_coin", "other_coin")
 OWN_GOAL, OTHER_GOAL = 0, 1
 AGENT_NAMES = ("red", "blue")  # agent i owns coins of colour i
-
-
-def _check(name: str, value, check, *args):
-    try:
-        return check(name, value, *args)
-    except UserError as e:  # the shared checkers say "staghunt:"; name the right env
-        raise UserError(str(e).replace("staghunt:", "coingame:", 1)) from None
+_ENV = "coingame"  # names the env in error messages
 
 
 class CoinGameVecEnv(VecEnv):
@@ -60,22 +53,24 @@ class CoinGameVecEnv(VecEnv):
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 3, n_coins: int = 1,
                  pick_reward: float = 1.0, other_penalty: float = 2.0, episode_length: int = 50, env_offset: int = 0):
-        self.num_envs = _check("num_envs", num_envs, _check_int, 1)
+        self.num_envs = _check_int("num_envs", num_envs, 1, env=_ENV)
         self.device = torch.device(device)
-        self.size = _check("grid_size", grid_size, _check_int, 2)
+        self.size = _check_int("grid_size", grid_size, 2, env=_ENV)
         self.n_cells = self.size * self.size
-        self.n_coins = _check("n_coins", n_coins, _check_int, 1)
+        self.n_coins = _check_int("n_coins", n_coins, 1, env=_ENV)
         if 2 + self.n_coins > self.n_cells:
             raise UserError(f"coingame: 2 players + n_coins={self.n_coins} coins do not fit on a "
                             f"{self.size}x{self.size} grid; expected n_coins <= {self.n_cells - 2}")
-        self.pick_reward = _check("pick_reward", pick_reward, _check_float)
-        self.other_penalty = _check("other_penalty", other_penalty, _check_float)
-        self.episode_length = _check("episode_length", episode_length, _check_int, 1)
-        self.env_offset = _check("env_offset", env_offset, _check_int, 0)
+        self.pick_reward = _check_float("pick_reward", pick_reward, env=_ENV)
+        self.other_penalty = _check_float("other_penalty", other_penalty, env=_ENV)
+        self.episode_length = _check_int("episode_length", episode_length, 1, env=_ENV)
+        self.env_offset = _check_int("env_offset", env_offset, 0, env=_ENV)
 
         e, c, dev = self.num_envs, self.n_coins, self.device
         self._moves = torch.tensor(_MOVES, dtype=torch.long, device=dev)  # [5, 2]
         self._ids = torch.arange(2, device=dev)  # [2] player i owns colour i
+        self._cell_one_hot = torch.eye(self.n_cells, device=dev)  # [cells, cells]; indexing beats F.one_hot's checks
+        self._colour_one_hot = torch.eye(2, device=dev)  # [2, 2]
         # agent i's observation channels, taken from the state's [red, blue, red coins, blue coins]
         self._channel_order = torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]], device=dev)  # [2, 4]
         self._draw_offsets = (torch.arange(1, self.n_cells + c + 1, dtype=torch.long, device=dev) * _GOLDEN32) & _MASK32
@@ -146,10 +141,10 @@ class CoinGameVecEnv(VecEnv):
 
     def _observe(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(obs [E, 2, obs_dim], state [E, state_dim]) of the current positions."""
-        e, n = self.num_envs, self.n_cells
-        players = F.one_hot(self._cells(self.players), n).float()  # [E, 2, cells]
-        coin_cells = F.one_hot(self._cells(self.coins), n).float()  # [E, C, cells]
-        by_colour = F.one_hot(self.coin_colour, 2).float().transpose(1, 2) @ coin_cells  # [E, 2, cells]
+        e = self.num_envs
+        players = self._cell_one_hot[self._cells(self.players)]  # [E, 2, cells]
+        coin_cells = self._cell_one_hot[self._cells(self.coins)]  # [E, C, cells]
+        by_colour = self._colour_one_hot[self.coin_colour].transpose(1, 2) @ coin_cells  # [E, 2, cells]
         grid = torch.cat([players, by_colour], 1)  # [E, 4, cells]: red, blue, red coins, blue coins
         elapsed = (self.t.float() / self.episode_length).unsqueeze(-1)  # [E, 1]
         state = torch.cat([grid.flatten(1), elapsed], -1)  # [E, state_dim]
@@ -187,7 +182,7 @@ class CoinGameVecEnv(VecEnv):
         on = (self.players.unsqueeze(2) == self.coins.unsqueeze(1)).all(-1)  # [E, 2, C] player i picks coin c
         own = self.coin_colour.unsqueeze(1) == self._ids.view(1, 2, 1)  # [E, 2, C] coin c has player i's colour
         foreign = (on & ~own).sum(1).float()  # [E, C] picks of coin c by the player it does not belong to
-        owner_hit = (foreign.unsqueeze(-1) * F.one_hot(self.coin_colour, 2).float()).sum(1)  # [E, 2]
+        owner_hit = (foreign.unsqueeze(-1) * self._colour_one_hot[self.coin_colour]).sum(1)  # [E, 2]
         reward = self.pick_reward * on.sum(-1).float() - self.other_penalty * owner_hit  # [E, 2]
         # coins sit on distinct cells, so a player picks at most one coin per step
         goal_event = torch.where((on & own).any(-1), OWN_GOAL, torch.where(on.any(-1), OTHER_GOAL, -1))  # [E, 2]

@@ -54,6 +54,11 @@ def check_step(env: VecEnv, s: EnvStep) -> None:
         if s.available_actions is not None:
             av = s.available_actions[dead]
             assert av[:, 0].all() and not av[:, 1:].any(), "dead slots may only take the no-op"
+    if spec.goal_names:  # goal labels: [E, N] int64 goal indices completed this step, -1 none
+        g = s.extras.get("goal_event")
+        assert g is not None, "an env with goal_names puts extras['goal_event'] into every EnvStep"
+        assert g.shape == (e, n) and g.dtype == torch.int64, (g.shape, g.dtype)
+        assert ((g >= -1) & (g < len(spec.goal_names))).all(), "goal_event out of range"
     ended = s.terminated | s.truncated
     assert (s.done[ended]).all(), "every agent is done when its env's episode ends"
     if s.episode_done is not None:

@@ -87,16 +87,16 @@ def _hash32(x: torch.Tensor | int) -> torch.Tensor | int:
     return x ^ (x >> 15)
 
 
-def _check_int(name: str, value, minimum: int) -> int:
+def _check_int(name: str, value, minimum: int, env: str = "staghunt") -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise UserError(f"staghunt: {name}={value!r} is invalid; expected an integer >= {minimum}")
+        raise UserError(f"{env}: {name}={value!r} is invalid; expected an integer >= {minimum}")
     return int(value)
 
 
-def _check_float(name: str, value, lo: float = -math.inf, hi: float = math.inf) -> float:
+def _check_float(name: str, value, lo: float = -math.inf, hi: float = math.inf, env: str = "staghunt") -> float:
     ok = not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and lo <= value <= hi
     if not ok:
-        raise UserError(f"staghunt: {name}={value!r} is invalid; expected a finite number in [{lo}, {hi}]")
+        raise UserError(f"{env}: {name}={value!r} is invalid; expected a finite number in [{lo}, {hi}]")
     return float(value)
 
 
