@@ -76,6 +76,11 @@ JAXMARL_SPS = 45_000  # JaxMARL's compiled figure on a 2-core CPU like ours (des
 # issue 14: two learned groups (one per hunter: own actor, critic, optimisers, buffer) vs the one-group row
 TWO_GROUPS = ("mappo-2groups", "staghunt", 1024)
 TWO_GROUPS_OVERRIDES = ["groups=[{name: h0, agents: [0]}, {name: h1, agents: [1]}]"]
+# issue 15: the co-player model (action head, episode memory) next to MAPPO; the issue asks <= 1.3x MAPPO's time
+COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: GRU 32 (default), action head, trained 1 pass"),
+            "mappo-coplayer-fed": (["coplayer.enabled=true", "coplayer.feed=policy"],
+                                   "as mappo-coplayer, belief appended to the actor's input")}
+COPLAYER_AT = [("mpe:simple_spread", 1024), ("staghunt", 1024)]
 
 
 def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[str], note: str = "",
@@ -102,6 +107,9 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     name, g_env, g_e = TWO_GROUPS
     cases.append(case(name, g_env, g_e, threads, [*VARIANTS["mappo"], *TWO_GROUPS_OVERRIDES],
                       note="two learner groups, one per hunter (vs mappo: the one-group row)"))
+    for c_env, c_e in COPLAYER_AT:
+        for name, (overrides, note) in COPLAYER.items():
+            cases.append(case(name, c_env, c_e, threads, [*VARIANTS["mappo"], *overrides], note=note))
     cases.append(case(f"{v}+diag", env, e, threads, VARIANTS[v], diag=True,
                       note="default diagnostics (every update) and audit"))
     cases.append(case("ippo-jaxmarl", "mpe:simple_spread", 16, threads, JAXMARL,
@@ -142,6 +150,9 @@ def train_iteration(exp) -> list[tuple[float, float, float]]:
             g.learner.diagnostics.before_update(g.learner.buffer, g.learner.algo.recurrent)
     t2 = clock()
     losses = [g.learner.algo.update(g.learner.buffer, g.learner.batch_generator) for g in learning]
+    for g, group_losses in zip(learning, losses):
+        if g.learner.coplayer is not None:  # the co-player model's own step, as in Experiment.run()
+            group_losses.update(g.learner.coplayer.update())
     t3 = clock()
     for g in learning:
         if due:
@@ -287,6 +298,14 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
         out.append({"check": f"{name} {g_env} E={g_e}: >= 0.8x the one-group row", "value": r["vs_mappo"],
                     "passed": r["vs_mappo"] >= 0.8,
                     "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x one group (needs >= 0.8x)"})
+    for c_env, c_e in COPLAYER_AT:
+        for name in COPLAYER:
+            r = ok.get((name, c_env, c_e, threads))
+            if r and "vs_mappo" in r:
+                out.append({"check": f"{name} {c_env} E={c_e}: time per env step <= 1.3x MAPPO's",
+                            "value": 1 / r["vs_mappo"], "passed": 1 / r["vs_mappo"] <= 1.3,
+                            "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {1 / r['vs_mappo']:.2f}x MAPPO's time "
+                                     f"(needs <= 1.3x)"})
     if main is None:
         return out
     out.append({"check": f"{v} {env} E={e}: >= 10,000 env-steps/s end to end", "value": main["e2e_sps"],

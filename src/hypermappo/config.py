@@ -161,12 +161,15 @@ class CoplayerConfig:
                                   "scripted partners' true target, else the goal it completes next)", min=0.0)
     subgoal_weight: float = opt(0.0, "loss weight of predicting each co-player's observation subgoal_horizon "
                                      "steps ahead (OMG's subgoal)", min=0.0)
-    subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target", min=1)
+    subgoal_at: str = opt("horizon", "the subgoal target: a co-player's observation subgoal_horizon steps ahead, "
+                                     "or at its next rewarded step (reward) in the same episode",
+                          choices=["horizon", "reward"])
+    subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target (subgoal_at=horizon)", min=1)
     memory: str = opt("episode", "co-player memory: episode (reset at each episode start) or persistent (kept "
                                  "across episodes, reset when a co-player's partner_id changes)",
                       choices=["episode", "persistent"])
     feed: str = opt("none", "policy = append the belief (embedding) to the actor's input", choices=["none", "policy"])
-    hidden: int = opt(64, "GRU size = belief size", min=1)
+    hidden: int = opt(32, "GRU size = belief size (its cost per env step grows with its square)", min=1)
     lr: float = opt(7e-4, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
     epochs: int = opt(1, "passes over each rollout per update (full batch)", min=1)
 
@@ -524,7 +527,9 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         if f.name != "enabled":
             check(f"coplayer.{f.name}", cfg.coplayer.enabled, "it needs coplayer.enabled=true")
     if cfg.coplayer.enabled:
-        check("coplayer.subgoal_horizon", cfg.coplayer.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
+        check("coplayer.subgoal_at", cfg.coplayer.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
+        check("coplayer.subgoal_horizon", cfg.coplayer.subgoal_weight > 0 and cfg.coplayer.subgoal_at == "horizon",
+              "it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon")
     check("model.rnn_hidden", cfg.actor == "rnn" or cfg.critic.recurrent == "on",
           f"it is the GRU size of actor=rnn or critic.recurrent=on, got actor={cfg.actor!r}, "
           f"critic.recurrent={cfg.critic.recurrent!r}")

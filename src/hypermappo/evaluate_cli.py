@@ -14,6 +14,8 @@ from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.models.actor import build_actor
+from hypermappo.models.coplayer import belief_dim
+from hypermappo.policies.groups import widened_spec
 
 
 def load_actor(target: Path, command: str = "eval", newest_intact: bool = False):
@@ -38,7 +40,7 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
                         f"groups (evaluate it with `hypermappo eval`)")
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
-    actor = build_actor(cfg.actor, spec, cfg)
+    actor = build_actor(cfg.actor, widened_spec(spec, belief_dim(cfg)), cfg)  # wider: reads a co-player belief
     candidates = sorted(ckpt.parent.glob("ckpt_*.pt"), reverse=True) if newest_intact and target.is_dir() else [ckpt]
     rejected = []
     for ckpt in candidates:
@@ -51,6 +53,10 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
             continue
         if rejected:
             print(f"{command}: {run_dir}: skipped {'; '.join(rejected)}; using {ckpt.name}", file=sys.stderr, flush=True)
+        if belief_dim(cfg):  # the co-player model computes the belief the actor reads (algos/coplayer.py)
+            from hypermappo.algos.coplayer import acting_actor
+
+            actor = acting_actor(cfg, spec, actor, read_checkpoint(ckpt, cfg.device))
         return cfg, actor, ckpt
     raise UserError(f"{command}: {run_dir}: no intact checkpoint ({'; '.join(rejected)})")
 

@@ -9,8 +9,8 @@ as one sequence per env and agent, from the memory it had at the rollout's start
 - goal loss: cross-entropy on its goal at t: a scripted partner's own target when it writes one, else in
   hindsight the goal it completes next in the same episode (steps with no later event in the rollout are
   unlabelled and masked);
-- subgoal loss: squared error on its observation H steps ahead (masked when an episode ends before it or the
-  rollout ends first).
+- subgoal loss: squared error on its observation H steps ahead (`subgoal_at=horizon`) or at its next rewarded
+  step (`subgoal_at=reward`), OMG's two subgoals (masked when the episode or the rollout ends first).
 Accuracies are measured on the rollout before the model's step (data it was not yet trained on).
 
 Memory: `episode` resets an agent's memory when its own trajectory restarts (death, episode end);
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.errors import NonFiniteError, UserError
-from hypermappo.models.coplayer import CoplayerModel, belief_dim
+from hypermappo.models.coplayer import BeliefActor, CoplayerModel, belief_dim
 
 SEED_OFFSET = 104_729  # the co-player model's init generator: run seed + this (+ the learner's offset)
 
@@ -49,6 +49,19 @@ def hindsight_goals(goal_event: torch.Tensor, episode_end: torch.Tensor) -> torc
     return label
 
 
+def subgoal_at_reward(obs_all: torch.Tensor, reward: torch.Tensor, episode_end: torch.Tensor):
+    """obs_all [T, E, N, D], reward [T, E, N], episode_end [T, E] -> (target [T, E, N, D] = a slot's observation at
+    its next rewarded step t' >= t in the same episode, valid [T, E, N]: there is one in the rollout)."""
+    target, valid = torch.empty_like(obs_all), torch.empty(reward.shape, dtype=torch.bool, device=reward.device)
+    cur, cur_valid = torch.zeros_like(obs_all[0]), torch.zeros_like(valid[0])  # [E, N, D], [E, N]
+    for t in reversed(range(obs_all.shape[0])):  # a recursion over time, like GAE
+        hit = reward[t] != 0
+        cur_valid = hit | (cur_valid & ~episode_end[t].unsqueeze(-1))
+        cur = torch.where(hit.unsqueeze(-1), obs_all[t], cur)
+        target[t], valid[t] = cur, cur_valid
+    return target, valid
+
+
 def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int):
     """obs_all [T, E, N, D], episode_end [T, E] -> (target [T, E, N, D] = obs at t + H, valid [T, E]: t + H is in
     the rollout and no episode ended in steps t .. t + H - 1)."""
@@ -60,6 +73,26 @@ def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: i
         ends = F.pad(episode_end.long().cumsum(0), (0, 0, 1, 0))  # [T + 1, E]: ends before step i
         valid[:T - horizon] = (ends[horizon:T] - ends[:T - horizon]) == 0
     return target, valid
+
+
+def build_model(cfg, env_spec) -> CoplayerModel:
+    """The co-player model of `cfg` for an env (heads for the loss terms with a weight > 0)."""
+    c = cfg.coplayer
+    n_actions = int(env_spec.action_space.n) if c.action_weight > 0 else 0
+    n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
+    return CoplayerModel(env_spec.obs_dim, env_spec.num_agents, n_actions, n_goals,
+                         env_spec.obs_dim if c.subgoal_weight > 0 else 0, c.hidden)
+
+
+def acting_actor(cfg, env_spec, actor, checkpoint: dict | None = None):
+    """What acts for a run outside training (eval, crossplay): its actor, wrapped with the co-player model when the
+    actor reads the belief (weights from `checkpoint` when given)."""
+    if not belief_dim(cfg):
+        return actor
+    model = build_model(cfg, env_spec)
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["coplayer"]["model"])
+    return BeliefActor(actor, model)
 
 
 class CoplayerLearner:
@@ -80,8 +113,7 @@ class CoplayerLearner:
         n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
         with torch.random.fork_rng(devices=[]):  # its own init: the actor's and critic's draws are unchanged
             torch.manual_seed(seed + SEED_OFFSET)
-            self.model = CoplayerModel(D, N, int(space.n) if c.action_weight > 0 else 0, n_goals,
-                                       D if c.subgoal_weight > 0 else 0, c.hidden).to(device)
+            self.model = build_model(cfg, env_spec).to(device)
         self.trains = any(w > 0 for w in (c.action_weight, c.goal_weight, c.subgoal_weight))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
         self.fed = belief_dim(cfg) > 0
@@ -98,6 +130,7 @@ class CoplayerLearner:
         self.goal_event = torch.full((T, E, N), -1, dtype=torch.long, **z) if n_goals else None
         self.scripted_goal = torch.full((T, E, N), -2, dtype=torch.long, **z) if n_goals else None  # -2: not given
         self.obs_all = torch.zeros(T, E, N, D, **z) if c.subgoal_weight > 0 else None
+        self.reward_all = torch.zeros(T, E, N, **z) if c.subgoal_weight > 0 and c.subgoal_at == "reward" else None
         self.memory: torch.Tensor | None = None  # [E, K, H]
         self.pending_reset: torch.Tensor | None = None  # [E, K]: reset at the next step (fresh start)
         self.partner: torch.Tensor | None = None  # [E, G] partner ids seen at the last step
@@ -142,6 +175,8 @@ class CoplayerLearner:
         self.episode_end[t].copy_(nxt.terminated | nxt.truncated)
         if self.obs_all is not None:
             self.obs_all[t].copy_(step.obs)
+        if self.reward_all is not None:
+            self.reward_all[t].copy_(nxt.reward)
         if self.goal_event is not None:
             event = nxt.extras.get("goal_event")
             if event is None:
@@ -165,8 +200,11 @@ class CoplayerLearner:
             if self.goal_event is not None:
                 hindsight = hindsight_goals(self.goal_event, self.episode_end)
                 goal = torch.where(self.scripted_goal >= -1, self.scripted_goal, hindsight)  # [T, E, N]
-            if self.obs_all is not None:
+            if self.reward_all is not None:
+                sub_target, sub_valid = subgoal_at_reward(self.obs_all, self.reward_all, self.episode_end)
+            elif self.obs_all is not None:
                 sub_target, sub_valid = subgoal_targets(self.obs_all, self.episode_end, c.subgoal_horizon)
+                sub_valid = sub_valid.unsqueeze(-1).expand(-1, -1, self.N)  # [T, E, N]
         metrics: dict[str, torch.Tensor] = {}
         for epoch in range(c.epochs):
             emb = self.model.sequence(self.obs, self.new_episode, self.h0, self.reset)  # [T, E, K, H]
@@ -192,7 +230,7 @@ class CoplayerLearner:
                     metrics["coplayer_goal_labelled"] = _masked_mean(mask.float(), pair)
             if "subgoal" in pred:
                 err = (pred["subgoal"] - sub_target.unsqueeze(2)).pow(2).mean(-1)  # [T, E, K, N]
-                mask = pair & sub_valid[:, :, None, None]
+                mask = pair & sub_valid.unsqueeze(2)
                 terms["subgoal"] = (c.subgoal_weight, _masked_mean(err, mask))
             if epoch == 0:
                 metrics.update({f"coplayer_{k}_loss": v.detach() for k, (_, v) in terms.items()})

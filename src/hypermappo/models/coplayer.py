@@ -54,14 +54,15 @@ class CoplayerModel(nn.Module):
                  reset: torch.Tensor) -> torch.Tensor:
         """obs [T, ..., K, D], new_episode / reset [T, ..., K], hidden0 [..., K, H] -> embeddings [T, ..., K, H]."""
         x = self.encoder(torch.cat([obs, new_episode.unsqueeze(-1).to(obs.dtype)], -1))  # [T, ..., K, H]
-        keep = (~reset).unsqueeze(-1).to(x.dtype)
-        lead = x.shape[1:-1]
+        T, lead = x.shape[0], x.shape[1:-1]
+        keep = (~reset).reshape(T, -1, 1).to(x.dtype).unbind(0)
         h = hidden0.reshape(-1, self.hidden_size)
         outs = []
-        for t in range(x.shape[0]):  # the recurrence over time; envs x agents are one batch
-            h = self.gru(x[t].reshape(-1, x.shape[-1]), h * keep[t].reshape(-1, 1))
+        # the recurrence over time, envs x agents one batch; unbind (not x[t]): one backward op, not T full-size zeros
+        for x_t, keep_t in zip(x.reshape(T, -1, x.shape[-1]).unbind(0), keep):
+            h = self.gru(x_t, h * keep_t)
             outs.append(h)
-        return torch.stack(outs).view(x.shape[0], *lead, self.hidden_size)
+        return torch.stack(outs).view(T, *lead, self.hidden_size)
 
     def predict(self, embedding: torch.Tensor) -> dict[str, torch.Tensor]:
         """embedding [..., K, H] -> action logits [..., K, N, A], goal logits [..., K, N, G], subgoals
