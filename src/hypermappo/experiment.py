@@ -360,7 +360,8 @@ class Experiment:
                 done_idx = nxt.episode_done
                 returns.append(nxt.episode_return[done_idx])
                 for k, v in nxt.extras.items():
-                    extras.setdefault(k, []).append(v[done_idx].float())
+                    if v.dim() == 1:  # per-agent extras such as goal_event [E, N] are no episode statistics
+                        extras.setdefault(k, []).append(v[done_idx].float())
                 if self.multi:
                     for g in self.groups:
                         group_returns[g.name].append(g.ep_return[done_idx])
