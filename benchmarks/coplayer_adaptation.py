@@ -141,9 +141,9 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     for variant in VARIANTS:
         per_memory = {}
         for memory in (True, False):
-            seeds_ret, seeds_act, seeds_goal, folds_done = [], [], [], set()
+            seeds_ret, seeds_act, seeds_goal, seeds_step, folds_done = [], [], [], [], set()
             for seed in seeds:
-                curves, act, goal = [], [], []
+                curves, act, goal, step = [], [], [], []
                 paths = [Path(args.runs) / game / f"{variant}_minus_{h}_s{seed}" / "heldout" / "adaptation.json"
                          for h in GAMES[game]["partners"]]
                 if not all(p.exists() for p in paths):
@@ -157,18 +157,22 @@ def collect(game: str, args, seeds: list[int]) -> dict:
                     curves.append(r["return"]["mean"])
                     if "action_accuracy" in r:
                         act.append(r["action_accuracy"]["by_episode"])
+                        step.append(r["action_accuracy"]["by_step"])
                     if "goal_accuracy" in r:
                         goal.append(r["goal_accuracy"]["by_episode"])
                 if curves:
                     seeds_ret.append(np.mean(curves, 0))
                     seeds_act.append(np.nanmean(act, 0) if act else None)
                     seeds_goal.append(np.nanmean(goal, 0) if goal else None)
+                    seeds_step.append(np.nanmean(step, 0) if step else None)
             if seeds_ret:
                 per_memory[memory] = {"return": np.array(seeds_ret), "folds": sorted(folds_done),
                                       "action_accuracy": None if any(a is None for a in seeds_act)
                                       else np.array(seeds_act),
                                       "goal_accuracy": None if any(g is None for g in seeds_goal)
-                                      else np.array(seeds_goal)}
+                                      else np.array(seeds_goal),
+                                      "action_accuracy_by_step": None if any(x is None for x in seeds_step)
+                                      else np.array(seeds_step)}
         if per_memory:
             out[variant] = per_memory
     return out
@@ -192,10 +196,13 @@ def report(args, seeds: list[int]) -> None:
                   "goal acc | seeds | folds |", "|---|---|---|---|---|---|---|---|---|"]
         for variant, per_memory in data.items():
             for memory, d in per_memory.items():
+                if d["action_accuracy"] is None and not memory:
+                    continue  # no co-player model: memory on and off are the same run (one row)
                 ret = d["return"]  # [seeds, K]
                 act = d["action_accuracy"]
                 goal = d["goal_accuracy"]
-                lines.append(f"| {variant} | {'on' if memory else 'off'} | {_ms(ret[:, 0])} | {_ms(ret[:, -1])} | "
+                label = ("on" if memory else "off") if d["action_accuracy"] is not None else "n/a (no model)"
+                lines.append(f"| {variant} | {label} | {_ms(ret[:, 0])} | {_ms(ret[:, -1])} | "
                              f"{_ms(ret.mean(1))} | {_ms(None if act is None else np.nanmean(act, 1))} | "
                              f"{_ms(None if goal is None else np.nanmean(goal, 1))} | {ret.shape[0]} | "
                              f"{len(d['folds'])} |")
@@ -223,18 +230,24 @@ def plot(results: dict, args, path: Path) -> None:
     games = list(results)
     if not games:
         return
-    fig, axes = plt.subplots(2, len(games), figsize=(6 * len(games), 7), squeeze=False)
+    fig, axes = plt.subplots(3, len(games), figsize=(6 * len(games), 10), squeeze=False)
     k = np.arange(1, args.k + 1)
     for col, game in enumerate(games):
-        ax_r, ax_a = axes[0, col], axes[1, col]
+        ax_r, ax_a, ax_s = axes[0, col], axes[1, col], axes[2, col]
         for i, (variant, per_memory) in enumerate(results[game].items()):
             colour = f"C{i}"
             for memory, d in per_memory.items():
+                if d["action_accuracy"] is None and not memory:
+                    continue  # no co-player model: one curve
                 style = "-" if memory else "--"
                 ret = d["return"]
                 ax_r.plot(k, ret.mean(0), style, color=colour, label=f"{variant}, memory {'on' if memory else 'off'}")
                 if ret.shape[0] > 1:
                     ax_r.fill_between(k, ret.mean(0) - ret.std(0), ret.mean(0) + ret.std(0), color=colour, alpha=0.1)
+                by_step = d["action_accuracy_by_step"]
+                if by_step is not None:
+                    ax_s.plot(np.arange(1, by_step.shape[1] + 1), np.nanmean(by_step, 0), style, color=colour,
+                              label=f"{variant}, memory {'on' if memory else 'off'}")
                 for name, marker in (("action_accuracy", "o"), ("goal_accuracy", "s")):
                     if d[name] is not None:
                         ax_a.plot(k, np.nanmean(d[name], 0), style, marker=marker, ms=3, color=colour,
@@ -248,6 +261,11 @@ def plot(results: dict, args, path: Path) -> None:
         ax_a.set_ylabel("accuracy")
         if ax_a.lines:
             ax_a.legend(fontsize=6)
+        ax_s.set_title(f"{game}: action accuracy per step (mean over episodes 1..K)")
+        ax_s.set_xlabel("step of the episode")
+        ax_s.set_ylabel("action accuracy")
+        if ax_s.lines:
+            ax_s.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
