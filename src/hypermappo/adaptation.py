@@ -12,6 +12,10 @@ Returned per partner and memory setting, over the E envs (mean and standard erro
   return[k]   the learner groups' episode return in the k-th consecutive episode, k = 1..K (sum over the episode
               of the mean reward over the learner slots): the few-shot adaptation curve
   team[k]     the env's episode return (mean over all agents)
+and, when a learner group has a co-player model (models/coplayer.py), the accuracy of its argmax predictions of
+the held-out partner's action and goal, per episode index k, per step t of the episode and per (k, t). Goal
+labels are a scripted partner's own target (ScriptedContext.goal), else in hindsight the goal it completes next
+in the same episode (env `extras["goal_event"]`); steps without a label do not count (NaN when none has one).
 
     hypermappo adapt runs/x --partners scripted:staghunt_follow runs/partner#b --episodes 10 --num-envs 64
 """
