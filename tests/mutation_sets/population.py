@@ -42,7 +42,7 @@ def mutations(M):
           (f"{T_POP}::test_resume_of_a_population_run_equals_the_uninterrupted_run",),
           "resume redraws members from the initial seed"),
         M("population_partner_id_not_restored", GROUPS,
-          '            self.partner_id = sd["partner_id"].to(self.device)\n', "",
+          '            self.partner_id = sd["partner_id"].to(self.device)\n', "            pass\n",
           (f"{T_POP}::test_resume_of_a_population_run_equals_the_uninterrupted_run",),
           "resume forgets which member plays where"),
         M("population_frozen_state_not_reset", POP, "        state.reset = done", "        pass",
