@@ -298,14 +298,16 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
         out.append({"check": f"{name} {g_env} E={g_e}: >= 0.8x the one-group row", "value": r["vs_mappo"],
                     "passed": r["vs_mappo"] >= 0.8,
                     "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x one group (needs >= 0.8x)"})
-    for c_env, c_e in COPLAYER_AT:
+    for c_env, c_e in COPLAYER_AT:  # judged on CPU time per env step (wall time on a busy machine is its load's)
+        ref = ok.get(("mappo", c_env, c_e, threads))
         for name in COPLAYER:
             r = ok.get((name, c_env, c_e, threads))
-            if r and "vs_mappo" in r:
-                out.append({"check": f"{name} {c_env} E={c_e}: time per env step <= 1.3x MAPPO's",
-                            "value": 1 / r["vs_mappo"], "passed": 1 / r["vs_mappo"] <= 1.3,
-                            "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {1 / r['vs_mappo']:.2f}x MAPPO's time "
-                                     f"(needs <= 1.3x)"})
+            if r and ref:
+                ratio = ref["cpu_sps"] / r["cpu_sps"]
+                out.append({"check": f"{name} {c_env} E={c_e}: CPU time per env step <= 1.3x MAPPO's",
+                            "value": ratio, "passed": ratio <= 1.3,
+                            "shown": f"{fmt(r['cpu_sps'])} vs MAPPO's {fmt(ref['cpu_sps'])} env-steps per CPU-s = "
+                                     f"{ratio:.2f}x MAPPO's CPU time (needs <= 1.3x); wall: {1 / r['vs_mappo']:.2f}x"})
     if main is None:
         return out
     out.append({"check": f"{v} {env} E={e}: >= 10,000 env-steps/s end to end", "value": main["e2e_sps"],

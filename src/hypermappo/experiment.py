@@ -742,7 +742,7 @@ class Experiment:
             "recent_returns": list(self.recent_returns),
             "diagnostics": self.diagnostics.state_dict(), "summary_extra": self.summary_extra,
             "prev_obs": getattr(self, "prev_obs", None),
-            "coplayer": self.primary.coplayer.state_dict() if self.primary.coplayer is not None else None,
+            **({"coplayer": self.primary.coplayer.state_dict()} if self.primary.coplayer is not None else {}),
             # until the audit has run: its parameter snapshot and the loss terms seen so far
             "audit": self.audit.state_dict() if self.audit and self.update < self.cfg.diagnostics.audit_updates
             else None,

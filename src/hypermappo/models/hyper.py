@@ -34,14 +34,14 @@ from hypermappo.models.mlp import MLPActor
 class ContextEncoder(nn.Module):
     """Per-agent context [..., N, C] from agent id, all observations and/or the agent's history."""
 
-    def __init__(self, spec, h, belief_dim: int = 0):
+    def __init__(self, spec, h, belief_size: int = 0):
         super().__init__()
         self.n = spec.num_agents
         self.parts = list(h.context)
-        # the input's last `belief_dim` features are the co-player belief (models/coplayer.py), not observation
-        self.belief_dim = belief_dim
-        spec = dataclasses.replace(spec, obs_dim=spec.obs_dim - belief_dim)
-        dim = belief_dim if "coplayer" in self.parts else 0
+        # the input's last `belief_size` features are the co-player belief (models/coplayer.py), not observation
+        self.belief_dim = belief_size
+        spec = dataclasses.replace(spec, obs_dim=spec.obs_dim - belief_size)
+        dim = belief_size if "coplayer" in self.parts else 0
         if "agent_id" in self.parts:
             if h.id_encoding == "embedding":
                 self.id_embedding = nn.Parameter(torch.randn(self.n, h.id_embed_dim) * 0.1)

@@ -385,7 +385,7 @@ class Learner:
                 "reset_mask": self.reset_mask, "prev_obs": self.prev_obs,
                 "diagnostics": self.diagnostics.state_dict(), "updates_done": self.updates_done,
                 "audit": self.audit.state_dict() if self.audit and with_audit else None,
-                "coplayer": self.coplayer.state_dict() if self.coplayer is not None else None}
+                **({"coplayer": self.coplayer.state_dict()} if self.coplayer is not None else {})}
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.actor.load_state_dict(sd["actor"])
@@ -511,7 +511,10 @@ class PolicyGroup:
 
     def state_dict(self, with_audit: bool) -> dict:
         sd = {"phase": self.phase, "generator": self.generator.get_state(), "ep_return": self.ep_return,
-              "partner_id": self.partner_id,
+              # saved once set (else it is the zeros a fresh group starts with: older checkpoints' keys unchanged);
+              # always for a population, whose draws may all be member 0
+              **({"partner_id": self.partner_id} if self.population is not None or bool(self.partner_id.any())
+                 else {}),
               "frozen_h": self.frozen_h, "frozen_reset": self.frozen_reset,
               "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
         if self.population is not None:
