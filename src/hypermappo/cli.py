@@ -1,4 +1,4 @@
-"""The `hypermappo` command line: train, resume, eval, sweep, compare, crossplay, presets, config.
+"""The `hypermappo` command line: train, resume, eval, sweep, compare, crossplay, adapt, presets, config.
 
 Exit codes (each failure prints one line on stderr, no traceback):
   0    done
@@ -60,6 +60,11 @@ examples:
       scripted:staghunt_follow --row-slots 0 --col-slots 1 --episodes 100 --out report/crossplay
   hypermappo crossplay --env matrix:stag_hunt --rows scripted:fixed@action=0 scripted:fixed@action=1 \\
       --cols scripted:fixed@action=0 scripted:fixed@action=1""",
+    "adapt": """partners: scripted:NAME[@key=value...], RUN_DIR or RUN_DIR#GROUP (a learner group of that run, frozen).
+Writes OUT/adaptation.json and adaptation.md: the learner's return in each of K consecutive episodes per partner.
+
+examples:
+  hypermappo adapt runs/x --partners scripted:staghunt_follow runs/partner#b --episodes 10 --num-envs 64""",
     "presets": "examples:\n  hypermappo presets",
     "config": """examples:
   hypermappo config mpe/simple_spread algo=ippo      # print the effective config
@@ -134,6 +139,18 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--seed", type=int, default=0, help="env and scripted-policy seed (default 0)")
     x.add_argument("--out", type=Path, default=Path("report/crossplay"), help="output directory (default: report/crossplay)")
     x.add_argument("--quiet", action="store_true", help="no per-pairing progress lines")
+
+    a = add("adapt", "held-out-partner evaluation: K consecutive episodes per partner, no updates")
+    a.add_argument("run_dir", help="a run trained with a partner group (e.g. kind: population)")
+    a.add_argument("--partners", nargs="+", required=True, metavar="PARTNER", help="held-out partners (see below)")
+    a.add_argument("--episodes", type=int, default=10, help="consecutive episodes K per partner (default 10)")
+    a.add_argument("--num-envs", type=int, default=64, help="envs in parallel, each playing K episodes (default 64)")
+    a.add_argument("--memory", choices=("on", "off", "both"), default="both",
+                   help="co-player memory across episodes: on, off or both (default both)")
+    a.add_argument("--group", help="the partner group of the run (default: its one non-learning group)")
+    a.add_argument("--stochastic", action="store_true", help="sample the learner's actions instead of the mode")
+    a.add_argument("--seed", type=int, default=None, help="env seed (default: the run's evaluation seed)")
+    a.add_argument("--out", type=Path, default=Path("report/adaptation"), help="output directory")
 
     add("presets", "list the presets under configs/")
     add("bench", "training throughput table (benchmarks/throughput.py; `hypermappo bench --help` for its options)")
@@ -211,6 +228,17 @@ def cmd_crossplay(args) -> int:
     return 0
 
 
+def cmd_adapt(args) -> int:
+    from hypermappo.adaptation import adapt
+
+    memory = {"on": (True,), "off": (False,), "both": (True, False)}[args.memory]
+    adapt(args.run_dir, args.partners, args.episodes, args.num_envs, memory, args.group, args.seed,
+          not args.stochastic, args.out)
+    print((args.out / "adaptation.md").read_text(), end="")
+    print(f"wrote {args.out / 'adaptation.json'}, {args.out / 'adaptation.md'}")
+    return 0
+
+
 def cmd_presets(args) -> int:
     from hypermappo.config import list_presets
 
@@ -245,7 +273,7 @@ def cmd_config(args) -> int:
 
 
 COMMANDS = {"train": cmd_train, "resume": cmd_resume, "eval": cmd_eval, "sweep": cmd_sweep, "compare": cmd_compare,
-            "crossplay": cmd_crossplay, "presets": cmd_presets, "config": cmd_config}
+            "crossplay": cmd_crossplay, "adapt": cmd_adapt, "presets": cmd_presets, "config": cmd_config}
 
 
 def cmd_bench(argv: list[str]) -> int:

@@ -15,8 +15,11 @@ Config rules (`check_group_specs`, all before a run starts; `resolve_slots` once
 - `groups` is a list of mappings with `name` (letters, digits, _ and -, unique) and `agents` (a non-empty list
   of slot indices, agent names, or fnmatch patterns such as `adversary_*` that match at least one name);
   every slot belongs to exactly one group.
-- `kind` is learner (default), scripted (needs `policy`, optional `params`) or frozen (needs `run_dir`,
-  optional `group`: which group of that run to load; default its first learner).
+- `kind` is learner (default), scripted (needs `policy`, optional `params`), frozen (needs `run_dir`,
+  optional `group`: which group of that run to load; default its first learner) or population (needs
+  `members`: scripted and / or frozen entries, one of which plays in each env; optional `sample`: episode
+  (default, a new member per env whenever its episode ends) or fixed (one member per env for the whole run);
+  see policies/population.py; no `switch`). `partner_id` [E] is the member playing in each env.
 - learners may override `actor`, `algo` and the `model`, `critic`, `ppo`, `hyper`, `maddpg` sections; other kinds
   may not (`algo: maddpg` gives a group MADDPG: its critic reads the state and its own agents' actions).
 - `switch`: a list of `{at_step, kind, policy / params / run_dir / group}` with increasing `at_step`; a switch
@@ -37,12 +40,15 @@ from pathlib import Path
 import torch
 
 from hypermappo.errors import UserError
+from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
 
-KINDS = ("learner", "scripted", "frozen")
+KINDS = ("learner", "scripted", "frozen", "population")
 LEARNER_KEYS = ("actor", "algo", "model", "critic", "ppo", "hyper", "maddpg")
-PHASE_KEYS = {"learner": set(), "scripted": {"policy", "params"}, "frozen": {"run_dir", "group"}}
-GROUP_KEYS = {"name", "agents", "kind", "switch", *LEARNER_KEYS, "policy", "params", "run_dir", "group"}
+PHASE_KEYS = {"learner": set(), "scripted": {"policy", "params"}, "frozen": {"run_dir", "group"},
+              "population": {"members", "sample"}}
+GROUP_KEYS = {"name", "agents", "kind", "switch", *LEARNER_KEYS, "policy", "params", "run_dir", "group", "members",
+              "sample"}
 SWITCH_KEYS = {"at_step", "kind", "policy", "params", "run_dir", "group"}
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -57,8 +63,12 @@ class Phase:
     params: dict = field(default_factory=dict)
     run_dir: str = ""
     group: str = ""
+    members: list = field(default_factory=list)  # population: its members' phases (scripted / frozen)
+    sample: str = ""  # population: episode | fixed
 
     def describe(self) -> str:
+        if self.kind == "population":
+            return f"population[{', '.join(m.describe() for m in self.members)}]"
         if self.kind == "scripted":
             return f"scripted:{self.policy}"
         if self.kind == "frozen":
@@ -82,10 +92,12 @@ def _phase(where: str, entry: dict, at_step: int) -> Phase:
     kind = entry.get("kind", "learner")
     if kind not in KINDS:
         raise UserError(f"{where}.kind: {kind!r} is not one of {list(KINDS)}")
-    for key in ("policy", "params", "run_dir", "group"):
+    for key in ("policy", "params", "run_dir", "group", "members", "sample"):
         if key in entry and key not in PHASE_KEYS[kind]:
-            raise UserError(f"{where}.{key}: only a {'scripted' if key in ('policy', 'params') else 'frozen'} "
-                            f"group takes it, got kind={kind!r}")
+            owner = next(k for k, keys in PHASE_KEYS.items() if key in keys)
+            raise UserError(f"{where}.{key}: only a {owner} group takes it, got kind={kind!r}")
+    if kind == "population":
+        return _population_phase(where, entry, at_step)
     params = entry.get("params", {}) or {}
     if not isinstance(params, dict):
         raise UserError(f"{where}.params: expected a mapping like {{action: 2}}, got {params!r}")
@@ -101,6 +113,23 @@ def _phase(where: str, entry: dict, at_step: int) -> Phase:
         if not (Path(phase.run_dir) / "config.yaml").exists():
             raise UserError(f"{where}.run_dir: {phase.run_dir!r} is not a run directory (no config.yaml)")
     return phase
+
+
+def _population_phase(where: str, entry: dict, at_step: int) -> Phase:
+    from hypermappo.policies.population import SAMPLE_MODES, member_entry
+
+    if at_step:
+        raise UserError(f"{where}.kind: a population is a group's kind from the start, not a switch target")
+    members = entry.get("members")
+    if not isinstance(members, list) or not members:
+        raise UserError(f"{where}.members: a population group needs a non-empty list of members like "
+                        f"[{{policy: staghunt_stag}}, {{run_dir: runs/x}}], got {members!r}")
+    sample = entry.get("sample", "episode")
+    if sample not in SAMPLE_MODES:
+        raise UserError(f"{where}.sample: {sample!r} is not one of {list(SAMPLE_MODES)}")
+    phases = [_phase(f"{where}.members[{j}]", member_entry(f"{where}.members[{j}]", m), 0)
+              for j, m in enumerate(members)]
+    return Phase(at_step, "population", members=phases, sample=sample)
 
 
 def _group_config(cfg, where: str, entry: dict):
@@ -157,6 +186,9 @@ def group_specs(cfg) -> list[GroupSpec]:
                 raise UserError(f"{where}.agents: {a!r} is neither a slot index >= 0 nor an agent name / pattern")
         phases = [_phase(where, entry, 0)]
         schedule = entry.get("switch", []) or []
+        if schedule and phases[0].kind == "population":
+            raise UserError(f"{where}.switch: a population group takes no switch schedule (its members change "
+                            f"per episode or per env instead)")
         if not isinstance(schedule, list):
             raise UserError(f"{where}.switch: expected a list of {{at_step: INT, kind: ...}}, got {schedule!r}")
         for j, sw in enumerate(schedule):
@@ -428,6 +460,11 @@ class PolicyGroup:
         # which policy plays this group in each env (the phase index); co-player memories reset when it changes
         self.partner_id = torch.zeros(env.num_envs, dtype=torch.long, device=device)  # [E]
         self.last_goal = None  # [E, K] a goal-directed scripted policy's targets at its last act (else None)
+        # a population group (policies/population.py): its members, the member playing in each env (partner_id)
+        pop = self.phases[0] if self.phases[0].kind == "population" else None
+        self.population = Population(pop.members, self.env_spec, self.slot_tensor, device) if pop else None
+        self.member_generator = torch.Generator().manual_seed(seed + 3 + 7919 * group_number)
+        self.population_state = None
         self.ep_return = None  # [E] this group's running episode return (sum of the mean over its agents)
 
     @property
@@ -448,6 +485,11 @@ class PolicyGroup:
             self.learner.start(obs)
         self._start_frozen(obs)
         self.ep_return = torch.zeros(obs.shape[0], device=obs.device)
+        if self.population is not None:
+            E = obs.shape[0]
+            self.partner_id = initial_members(E, len(self.population), self.phases[0].sample,
+                                              self.member_generator).to(obs.device)
+            self.population_state = self.population.new_state(E)
 
     def _start_frozen(self, obs: torch.Tensor) -> None:
         E = obs.shape[0]
@@ -473,7 +515,11 @@ class PolicyGroup:
 
     @torch.no_grad()
     def act_fixed(self, step) -> torch.Tensor:
-        """Actions [E, K] of a scripted or frozen phase (sampled from a frozen actor)."""
+        """Actions [E, K] of a scripted, frozen or population phase (sampled from a frozen actor)."""
+        if self.kind == "population":
+            actions, self.last_goal = self.population.act(step, self.env, self.population_state, self.partner_id,
+                                                          self.generator)
+            return actions
         if self.kind == "scripted":
             p = self.phases[self.phase]
             ctx = ScriptedContext(self.env, self.slot_tensor, self.generator, p.params)
@@ -490,13 +536,24 @@ class PolicyGroup:
     def observe_fixed(self, nxt) -> None:
         if self.kind == "frozen":
             self.frozen_reset = self.take(nxt.done)
+        if self.kind == "population":
+            self.population.observe(self.population_state, self.take(nxt.done))
+            if self.phases[0].sample == "episode":
+                ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
+                self.partner_id = resample_ended(self.partner_id, ended, len(self.population), self.member_generator)
 
     def state_dict(self, with_audit: bool) -> dict:
-        return {"phase": self.phase, "generator": self.generator.get_state(), "ep_return": self.ep_return,
-                # saved once set (else it is the zeros a fresh group starts with: older checkpoints' keys unchanged)
-                **({"partner_id": self.partner_id} if bool(self.partner_id.any()) else {}),
-                "frozen_h": self.frozen_h, "frozen_reset": self.frozen_reset,
-                "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
+        sd = {"phase": self.phase, "generator": self.generator.get_state(), "ep_return": self.ep_return,
+              # saved once set (else it is the zeros a fresh group starts with: older checkpoints' keys unchanged);
+              # always for a population, whose draws may all be member 0
+              **({"partner_id": self.partner_id} if self.population is not None or bool(self.partner_id.any())
+                 else {}),
+              "frozen_h": self.frozen_h, "frozen_reset": self.frozen_reset,
+              "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
+        if self.population is not None:
+            sd["population"] = {"member_generator": self.member_generator.get_state(),
+                                "hidden": self.population_state.hidden, "reset": self.population_state.reset}
+        return sd
 
     def load_state_dict(self, sd: dict, with_episode_state: bool) -> None:
         self.phase = sd["phase"]
@@ -507,6 +564,11 @@ class PolicyGroup:
             self.learner.load_state_dict(sd["learner"], with_episode_state)
         if with_episode_state:
             self.ep_return, self.frozen_h, self.frozen_reset = sd["ep_return"], sd["frozen_h"], sd["frozen_reset"]
+        if self.population is not None:
+            pop = sd["population"]
+            self.member_generator.set_state(pop["member_generator"].cpu())
+            if with_episode_state:
+                self.population_state = PopulationState(pop["hidden"], pop["reset"])
 
 
 def build_groups(cfg, env, device) -> list[PolicyGroup]:
@@ -523,7 +585,8 @@ def build_groups(cfg, env, device) -> list[PolicyGroup]:
 def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic: bool = True, device=None,
                     max_steps: int = 100_000, render_env: int | None = None) -> dict:
     """`evaluation.evaluate_policy` for a run with groups: each group plays its current phase (actors' modes when
-    `deterministic`; scripted groups with a generator of their own, so training's random draws are untouched);
+    `deterministic`; scripted groups with a generator of their own, so training's random draws are untouched;
+    a population group's members take turns over the episodes: episode e plays member e mod M);
     adds each group's mean return (sum over the episode of the mean over its agents) under `group_returns`."""
     from hypermappo.evaluation import EVAL_SEED_OFFSET, play_episodes
 
@@ -539,6 +602,8 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     reset = [torch.ones(E, g.K, dtype=torch.bool, device=device) for g in groups]
     contexts: list[ScriptedContext] = []
     group_returns = torch.zeros(len(groups), E, device=device)
+    populations = {i: (g.population.new_state(E), torch.arange(E, device=device) % len(g.population))
+                   for i, g in enumerate(groups) if g.population is not None}
 
     def act(env, s):
         if not contexts:  # the evaluation env exists from the first step on
@@ -550,6 +615,9 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
                 out = actor(g.take(s.obs), g.take(s.available_actions), hidden[i], reset[i], active=g.take(s.active))
                 a = out.dist.mode() if deterministic else out.dist.sample()
                 hidden[i] = out.hidden
+            elif i in populations:
+                state, partner_id = populations[i]
+                a, _ = g.population.act(s, env, state, partner_id, contexts[i].generator, deterministic)
             else:
                 a = g.scripted[g.phase](s, contexts[i])
             if actions is None:
@@ -561,6 +629,8 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
         for i, g in enumerate(groups):
             group_returns[i] += torch.where(finished, 0.0, g.take(s.reward).mean(-1))
             reset[i] = g.take(s.done)
+            if i in populations:
+                g.population.observe(populations[i][0], g.take(s.done))
 
     try:
         result = play_episodes(cfg, E, act, device, render_env, max_steps, after_step=after_step)

@@ -1,0 +1,309 @@
+"""Benchmark: held-out-partner adaptation with and without a co-player model (stag hunt and coin game).
+
+Protocol, per game:
+  partners   stag hunt (staghunt/egocentric, 5x5, shared team reward): stag (scripted staghunt_stag), hare
+             (staghunt_hare), follower (staghunt_follow), random, learned (group b of a self-play run of two
+             learner groups, trained first, frozen). Coin game: cooperative (coin_cooperative), selfish
+             (coin_selfish), random, learned (the same self-play recipe).
+  folds      leave-one-out: the learner (slot 0) trains against a population group (slot 1) of all partners but
+             one, a member drawn per env at every episode start (`kind: population, sample: episode`), then is
+             evaluated against the held-out one.
+  variants   see VARIANTS: MAPPO; MAPPO + co-player model as an auxiliary loss only; MAPPO + co-player model fed
+             to the policy; Hyper-MAPPO with the co-player belief as the hypernetwork context.
+  held-out   `hypermappo adapt` (src/hypermappo/adaptation.py): E envs each play K = 10 consecutive episodes
+             against the held-out partner, no updates, learner actions = the policy's mode; co-player memory
+             carried across episodes (memory on) or restarted every episode (memory off).
+  reported   per variant and memory setting, mean over folds then mean ± std over seeds: the learner's held-out
+             return in episode 1, episode K and the mean over the K episodes; the co-player model's action and goal
+             accuracy (when the variant has one). Plots: return per episode index 1..K (adaptation curve) and
+             accuracy per episode index.
+
+    python benchmarks/coplayer_adaptation.py --games staghunt --seeds 0,1,2 --steps 100000
+    python benchmarks/coplayer_adaptation.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+SRC = [str(ROOT / "src")]  # the source the runs use (--src: a snapshot, so the tree can change meanwhile)
+
+GAMES = {
+    "staghunt": {"preset": "staghunt/egocentric",
+                 "partners": {"stag": "scripted:staghunt_stag", "hare": "scripted:staghunt_hare",
+                              "follower": "scripted:staghunt_follow", "random": "scripted:random",
+                              "learned": "LEARNED"}},
+    "coingame": {"preset": str(ROOT / "benchmarks" / "coingame.yaml"),
+                 "partners": {"cooperative": "scripted:coin_cooperative", "selfish": "scripted:coin_selfish",
+                              "random": "scripted:random", "learned": "LEARNED"}},
+}
+# per variant: the learner group's settings (inside its groups entry) and run-level overrides. The co-player
+# model (models/coplayer.py) predicts the partner's next action and goal (staghunt: stag / hare; coin game: own /
+# other coin) from the learner's own observations; its memory persists across episodes while the partner stays
+# the same (reset when the population draws another member).
+COPLAYER = ["coplayer.enabled=true", "coplayer.action_weight=1.0", "coplayer.goal_weight=1.0",
+            "coplayer.memory=persistent"]
+VARIANTS = {
+    "mappo": ("actor: mlp", []),
+    "mappo+cpm-aux": ("actor: mlp", COPLAYER),
+    "mappo+cpm-fed": ("actor: mlp", [*COPLAYER, "coplayer.feed=policy"]),
+    "hyper+cpm-context": ("actor: hyper, hyper: {context: [coplayer], layers: last, hidden: 32, mlp_layers: 1}",
+                          COPLAYER),
+}
+COMMON = ["checkpoint_interval=0", "log.tensorboard=false", "log.progress=false", "diagnostics.every=0",
+          "torch_threads=1", "eval_interval=0", "eval_episodes=32"]
+
+
+def member(spec: str) -> str:
+    """A partner spec (scripted:NAME or RUN#GROUP) as a population member mapping in YAML flow style."""
+    if spec.startswith("scripted:"):
+        return f"{{policy: {spec[len('scripted:'):]}}}"
+    run_dir, _, group = spec.partition("#")
+    return f"{{run_dir: '{run_dir}', group: {group}}}"
+
+
+def train(cmd_overrides: list[str], preset: str, run_dir: Path, env_extra: dict) -> None:
+    cmd = [sys.executable, "-m", "hypermappo.cli", "train", preset, *cmd_overrides, f"run_dir={run_dir}", *COMMON]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1", **env_extra})
+
+
+def learned_partner(game: str, args) -> Path:
+    """Self-play of two learner groups (seed 100); its group b, frozen, is the `learned` partner."""
+    run_dir = Path(args.runs) / game / "learned_partner"
+    if not (run_dir / "summary.json").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+        t = time.time()
+        train(["groups=[{name: a, agents: [0]}, {name: b, agents: [1]}]", "seed=100",
+               f"total_env_steps={args.partner_steps}", f"num_envs={args.num_envs}"], preset_of(game), run_dir, {})
+        print(f"[done] {game} learned partner in {time.time() - t:.0f}s", flush=True)
+    return run_dir
+
+
+def preset_of(game: str) -> str:
+    return GAMES[game]["preset"]
+
+
+def partners_of(game: str, args) -> dict:
+    learned = f"{Path(args.runs) / game / 'learned_partner'}#b"
+    return {name: (learned if spec == "LEARNED" else spec) for name, spec in GAMES[game]["partners"].items()}
+
+
+def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
+    """Train against the population without `held_out`, then the held-out evaluation (K episodes, memory on/off)."""
+    partners = partners_of(game, args)
+    run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}"
+    result = run_dir / "heldout" / "adaptation.json"
+    if result.exists() and not (args.fresh or args.reeval):
+        return run_dir
+    t = time.time()
+    if not (run_dir / "summary.json").exists() or args.fresh:  # else: trained, only its evaluation is missing
+        shutil.rmtree(run_dir, ignore_errors=True)
+        members = ", ".join(member(spec) for name, spec in partners.items() if name != held_out)
+        learner, overrides = VARIANTS[variant]
+        groups = (f"groups=[{{name: learner, agents: [0], {learner}}}, {{name: partner, agents: [1], "
+                  f"kind: population, sample: episode, members: [{members}]}}]")
+        train([groups, *overrides, f"seed={seed}", f"total_env_steps={args.steps}", f"num_envs={args.num_envs}"],
+              preset_of(game), run_dir, {})
+    t_train = time.time() - t
+    if args.train_only:
+        print(f"[trained] {game} {variant} -{held_out} seed {seed}: {t_train:.0f}s", flush=True)
+        return run_dir
+    cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", partners[held_out],
+           "--episodes", str(args.k), "--num-envs", str(args.eval_envs),
+           # without a co-player model nothing crosses episodes: memory on and off are the same (test_adaptation)
+           "--memory", "both" if any(o.startswith("coplayer.enabled=true") for o in VARIANTS[variant][1]) else "on",
+           "--out", str(run_dir / "heldout")]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
+    (run_dir / "heldout" / "timing.json").write_text(json.dumps({"train_s": t_train,
+                                                                 "eval_s": time.time() - t - t_train}))
+    print(f"[done] {game} {variant} -{held_out} seed {seed}: train {t_train:.0f}s, eval "
+          f"{time.time() - t - t_train:.0f}s", flush=True)
+    return run_dir
+
+
+def collect(game: str, args, seeds: list[int]) -> dict:
+    """{variant: {memory: {metric: [seeds] (mean over folds), curves: [seeds, K]}}} from the held-out results."""
+    out = {}
+    for variant in VARIANTS:
+        per_memory = {}
+        for memory in (True, False):
+            seeds_ret, seeds_act, seeds_goal, seeds_step, folds_done = [], [], [], [], set()
+            for seed in seeds:
+                curves, act, goal, step = [], [], [], []
+                paths = [Path(args.runs) / game / f"{variant}_minus_{h}_s{seed}" / "heldout" / "adaptation.json"
+                         for h in GAMES[game]["partners"]]
+                if not all(p.exists() for p in paths):
+                    continue  # a seed counts only with every leave-one-out fold evaluated
+                for held_out, path in zip(GAMES[game]["partners"], paths):
+                    folds_done.add(held_out)
+                    results = json.loads(path.read_text())["results"]
+                    if len(results) == 1 and not memory:
+                        continue  # no co-player model: evaluated once (memory changes nothing)
+                    r = next(x for x in results if x["memory"] == memory)
+                    curves.append(r["return"]["mean"])
+                    if "action_accuracy" in r:
+                        act.append(r["action_accuracy"]["by_episode"])
+                        step.append(r["action_accuracy"]["by_step"])
+                    if "goal_accuracy" in r:
+                        goal.append(r["goal_accuracy"]["by_episode"])
+                if curves:
+                    seeds_ret.append(np.mean(curves, 0))
+                    seeds_act.append(np.nanmean(act, 0) if act else None)
+                    seeds_goal.append(np.nanmean(goal, 0) if goal else None)
+                    seeds_step.append(np.nanmean(step, 0) if step else None)
+            if seeds_ret:
+                per_memory[memory] = {"return": np.array(seeds_ret), "folds": sorted(folds_done),
+                                      "action_accuracy": None if any(a is None for a in seeds_act)
+                                      else np.array(seeds_act),
+                                      "goal_accuracy": None if any(g is None for g in seeds_goal)
+                                      else np.array(seeds_goal),
+                                      "action_accuracy_by_step": None if any(x is None for x in seeds_step)
+                                      else np.array(seeds_step)}
+        if per_memory:
+            out[variant] = per_memory
+    return out
+
+
+def _ms(x: np.ndarray | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{np.mean(x):.2f} ± {np.std(x, ddof=1) if x.size > 1 else 0.0:.2f}"
+
+
+def report(args, seeds: list[int]) -> None:
+    results, lines = {}, []
+    for game in args.games:
+        data = collect(game, args, seeds)
+        if not data:
+            continue
+        results[game] = data
+        lines += [f"### {game}: held-out partners (leave-one-out), K = {args.k} consecutive episodes", "",
+                  "| variant | co-player memory | return ep 1 | return ep K | return mean 1..K | action acc | "
+                  "goal acc | seeds | folds |", "|---|---|---|---|---|---|---|---|---|"]
+        for variant, per_memory in data.items():
+            for memory, d in per_memory.items():
+                if d["action_accuracy"] is None and not memory:
+                    continue  # no co-player model: memory on and off are the same run (one row)
+                ret = d["return"]  # [seeds, K]
+                act = d["action_accuracy"]
+                goal = d["goal_accuracy"]
+                label = ("on" if memory else "off") if d["action_accuracy"] is not None else "n/a (no model)"
+                lines.append(f"| {variant} | {label} | {_ms(ret[:, 0])} | {_ms(ret[:, -1])} | "
+                             f"{_ms(ret.mean(1))} | {_ms(None if act is None else np.nanmean(act, 1))} | "
+                             f"{_ms(None if goal is None else np.nanmean(goal, 1))} | {ret.shape[0]} | "
+                             f"{len(d['folds'])} |")
+        lines.append("")
+    out = Path(args.out)
+    meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs,
+            "partner_steps": args.partner_steps, "K": args.k, "eval_envs": args.eval_envs,
+            "variants": VARIANTS, "partners": {g: GAMES[g]["partners"] for g in args.games}}
+    jsonable = {g: {v: {("on" if m else "off"): {k: (x.tolist() if isinstance(x, np.ndarray) else x)
+                                                 for k, x in d.items()} for m, d in pm.items()}
+                    for v, pm in data.items()} for g, data in results.items()}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": jsonable}, indent=2))
+    text = "\n".join(lines) + "\n" + args.note
+    out.with_suffix(".md").write_text(text)
+    print(text)
+    plot(results, args, out.with_suffix(".png"))
+
+
+def plot(results: dict, args, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = list(results)
+    if not games:
+        return
+    fig, axes = plt.subplots(3, len(games), figsize=(6 * len(games), 10), squeeze=False)
+    k = np.arange(1, args.k + 1)
+    for col, game in enumerate(games):
+        ax_r, ax_a, ax_s = axes[0, col], axes[1, col], axes[2, col]
+        for i, (variant, per_memory) in enumerate(results[game].items()):
+            colour = f"C{i}"
+            for memory, d in per_memory.items():
+                if d["action_accuracy"] is None and not memory:
+                    continue  # no co-player model: one curve
+                style = "-" if memory else "--"
+                ret = d["return"]
+                ax_r.plot(k, ret.mean(0), style, color=colour, label=f"{variant}, memory {'on' if memory else 'off'}")
+                if ret.shape[0] > 1:
+                    ax_r.fill_between(k, ret.mean(0) - ret.std(0), ret.mean(0) + ret.std(0), color=colour, alpha=0.1)
+                by_step = d["action_accuracy_by_step"]
+                if by_step is not None:
+                    ax_s.plot(np.arange(1, by_step.shape[1] + 1), np.nanmean(by_step, 0), style, color=colour,
+                              label=f"{variant}, memory {'on' if memory else 'off'}")
+                for name, marker in (("action_accuracy", "o"), ("goal_accuracy", "s")):
+                    if d[name] is not None:
+                        ax_a.plot(k, np.nanmean(d[name], 0), style, marker=marker, ms=3, color=colour,
+                                  label=f"{variant} {name.split('_')[0]}, memory {'on' if memory else 'off'}")
+        ax_r.set_title(f"{game}: held-out return per consecutive episode")
+        ax_r.set_xlabel("episode index k")
+        ax_r.set_ylabel("learner return")
+        ax_r.legend(fontsize=7)
+        ax_a.set_title(f"{game}: co-player model accuracy on held-out partners")
+        ax_a.set_xlabel("episode index k")
+        ax_a.set_ylabel("accuracy")
+        if ax_a.lines:
+            ax_a.legend(fontsize=6)
+        ax_s.set_title(f"{game}: action accuracy per step (mean over episodes 1..K)")
+        ax_s.set_xlabel("step of the episode")
+        ax_s.set_ylabel("action accuracy")
+        if ax_s.lines:
+            ax_s.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--games", default="staghunt,coingame")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, default=100_000, help="training env steps per run")
+    p.add_argument("--partner-steps", type=int, default=300_000, help="env steps of the learned partner's self-play")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--k", type=int, default=10, help="consecutive held-out episodes")
+    p.add_argument("--eval-envs", type=int, default=32, help="envs in parallel in the held-out evaluation")
+    p.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
+    p.add_argument("--runs", default=str(ROOT / "runs" / "bench_coplayer_adaptation"))
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coplayer_adaptation"))
+    p.add_argument("--note", default="", help="text appended to the results file (budget, machine load, cuts)")
+    p.add_argument("--src", help="source tree the runs import (default: this checkout's src)")
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--train-only", action="store_true", help="train what is missing, evaluate nothing")
+    p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
+    p.add_argument("--report-only", action="store_true")
+    args = p.parse_args()
+    args.games = [g for g in args.games.split(",") if g]
+    if args.src:
+        SRC[0] = str(Path(args.src).resolve())
+    seeds = [int(s) for s in args.seeds.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    if not args.report_only:
+        for game in args.games:
+            learned_partner(game, args)
+        jobs = [(g, v, h, s) for s in seeds for g in args.games for v in variants for h in GAMES[g]["partners"]]
+        with ThreadPoolExecutor(args.workers) as pool:
+            list(pool.map(lambda job: run_one(*job, args), jobs))
+    report(args, seeds)
+
+
+if __name__ == "__main__":
+    main()

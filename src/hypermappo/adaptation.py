@@ -1,0 +1,331 @@
+"""Held-out-partner evaluation: K consecutive episodes against each partner left out of training, no updates.
+
+A run trained with a partner group (typically a population, policies/population.py) is loaded from its newest
+intact checkpoint; its partner group is replaced by one held-out partner at a time (a scripted rule or a frozen
+learned actor), and its learner groups play K consecutive episodes against it in E envs at once. Nothing is
+updated: what can change over the K episodes is only what the learner carries (its beliefs about the partner).
+The learner's own recurrent state restarts every episode, as in training; `memory` says whether the learner's
+co-player memory carries over episode boundaries (memory=True: the partner stays the same, so beliefs
+accumulate) or restarts with every episode (memory=False).
+
+Returned per partner and memory setting, over the E envs (mean and standard error of the mean):
+  return[k]   the learner groups' episode return in the k-th consecutive episode, k = 1..K (sum over the episode
+              of the mean reward over the learner slots): the few-shot adaptation curve
+  team[k]     the env's episode return (mean over all agents)
+and, when a learner group has a co-player model (models/coplayer.py), the accuracy of its argmax predictions of
+the held-out partner's action and goal, per episode index k, per step t of the episode and per (k, t). Goal
+labels are a scripted partner's own target (ScriptedContext.goal), else in hindsight the goal it completes next
+in the same episode (env `extras["goal_event"]`); steps without a label do not count (NaN when none has one).
+
+    hypermappo adapt runs/x --partners scripted:staghunt_follow runs/partner#b --episodes 10 --num-envs 64
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from hypermappo.errors import UserError
+from hypermappo.evaluation import EVAL_SEED_OFFSET
+
+RUN_GROUP_SEP = "#"
+
+
+def parse_partner(spec: str):
+    """`scripted:NAME[@key=value...]`, `RUN_DIR` or `RUN_DIR#GROUP` -> a population member (groups.Phase)."""
+    from hypermappo.crossplay import SCRIPTED_PREFIX, parse_scripted
+    from hypermappo.policies.groups import Phase, _phase
+
+    if spec.startswith(SCRIPTED_PREFIX):
+        scripted = parse_scripted(spec)
+        return _phase(f"partner {spec!r}", {"kind": "scripted", "policy": scripted.name, "params": scripted.params}, 0)
+    run_dir, _, group = spec.partition(RUN_GROUP_SEP)
+    if not (Path(run_dir) / "config.yaml").exists():
+        raise UserError(f"partner {spec!r}: expected scripted:NAME[@key=value] or a run directory (RUN_DIR or "
+                        f"RUN_DIR#GROUP); {run_dir!r} has no config.yaml")
+    return Phase(0, "frozen", run_dir=run_dir, group=group)
+
+
+def _label(member) -> str:
+    if member.kind == "scripted":
+        return member.policy + "".join(f"@{k}={v}" for k, v in member.params.items())
+    return Path(member.run_dir).name + (f"#{member.group}" if member.group else "")
+
+
+class HeldOutMatch:
+    """A trained run's learner groups against one partner in `num_envs` evaluation envs."""
+
+    def __init__(self, run_dir: Path, partner_group: str | None, num_envs: int, device):
+        from hypermappo import config as config_mod
+        from hypermappo.envs.registry import make_env
+        from hypermappo.policies.groups import group_specs, resolve_slots, sub_spec
+
+        self.run_dir, self.device = Path(run_dir), device
+        if not (self.run_dir / "config.yaml").exists():
+            raise UserError(f"adapt: {str(run_dir)!r} is not a run directory (no config.yaml)")
+        self.cfg = config_mod.from_run_dir(self.run_dir)
+        if not self.cfg.groups:
+            raise UserError(f"adapt: run {str(run_dir)!r} has no groups, so no partner slot to hand to a held-out "
+                            f"partner; train with groups (a learner group and a partner group)")
+        specs = group_specs(self.cfg)
+        self.env = make_env(self.cfg.env, num_envs, device, **self.cfg.env_kwargs)
+        slots = resolve_slots(specs, self.env.spec)
+        fixed = [s.name for s in specs if not s.learns]
+        if partner_group is None:
+            if len(fixed) != 1:
+                raise UserError(f"adapt: run {str(run_dir)!r} has {len(fixed)} non-learning groups {fixed}; name the "
+                                f"partner group with --group")
+            partner_group = fixed[0]
+        names = [s.name for s in specs]
+        if partner_group not in names:
+            raise UserError(f"adapt: --group {partner_group!r} is not a group of run {str(run_dir)!r} (its groups: "
+                            f"{names})")
+        others = [s.name for s in specs if s.name != partner_group and not s.learns]
+        if others:
+            raise UserError(f"adapt: groups {others} neither learn nor are the partner group {partner_group!r}; "
+                            f"held-out evaluation plays learner groups against one partner group")
+        self.partner_slots = slots[names.index(partner_group)]
+        self.partner_spec = sub_spec(self.env.spec, self.partner_slots)
+        self.learners = [LearnerSide(self.run_dir, spec, s, self.env.spec, num_envs, device)
+                         for spec, s in zip(specs, slots) if spec.name != partner_group]
+        self.coplayer = [x for x in self.learners if x.model is not None]  # learner groups with a co-player model
+
+    @torch.no_grad()
+    def play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool = True) -> dict:
+        """`episodes` (K) consecutive episodes in every env against `partner` (a groups.Phase member).
+
+        Returns {"return": [E, K], "team": [E, K]} (learner-group and team return of episode k) and, when a learner
+        group has a co-player model, "action_accuracy" / "goal_accuracy": {"correct": [K, T], "count": [K, T]}
+        (predictions of the partner's action / goal at step t of episode k, summed over envs, learner agents
+        and partner slots; goal labels are a scripted partner's own target, else in hindsight the goal it
+        completes next in the episode; unlabelled steps do not count). Sampled actions (a frozen partner's, the
+        learner's when not `deterministic`) draw from torch's global generator, seeded with `seed` here and
+        restored afterwards: every memory setting faces the same partner draws."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return self._play(partner, episodes, memory, seed, deterministic)
+
+    def _play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool) -> dict:
+        from hypermappo.policies.population import Population
+
+        E, K, device = self.env.num_envs, episodes, self.device
+        population = Population([partner], self.partner_spec, torch.tensor(self.partner_slots, device=device), device)
+        pstate = population.new_state(E)
+        partner_id = torch.zeros(E, dtype=torch.long, device=device)
+        generator = torch.Generator().manual_seed(seed + 1)
+        for side in self.learners:
+            side.start(E)
+        learner_slots = torch.cat([side.slots for side in self.learners])  # [L]
+        episode = torch.zeros(E, dtype=torch.long, device=device)  # index of the episode each env is playing
+        t_in_episode = torch.zeros(E, dtype=torch.long, device=device)
+        running = torch.zeros(E, device=device)
+        returns = torch.zeros(E, K, device=device)
+        team = torch.zeros(E, K, device=device)
+        rows = torch.arange(E, device=device)
+        trace = []  # per step, with a co-player model: what its accuracy needs
+        s = self.env.reset(seed=seed)
+        while bool((episode < K).any()):
+            actions = torch.zeros((E, self.env.spec.num_agents), dtype=torch.long, device=device)
+            for side in self.learners:
+                actions[:, side.slots] = side.act(s, memory, deterministic)
+            partner_actions, partner_goal = population.act(s, self.env, pstate, partner_id, generator)
+            actions[:, population.slots] = partner_actions.long()
+            nxt = self.env.step(actions)
+            ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
+            if self.coplayer:
+                trace.append(self._trace_step(population.slots, partner_actions, partner_goal, nxt, ended, episode,
+                                              t_in_episode))
+            s = nxt
+            for side in self.learners:
+                side.observe(s)
+            population.observe(pstate, s.done[:, population.slots])
+            running = running + s.reward[:, learner_slots].mean(-1)
+            t_in_episode = t_in_episode + 1
+            if bool(ended.any()):
+                record = ended & (episode < K)
+                k = episode.clamp(max=K - 1)
+                returns[rows[record], k[record]] = running[record]
+                team[rows[record], k[record]] = s.episode_return[record]
+                running = torch.where(ended, 0.0, running)
+                episode = episode + ended.long()
+                t_in_episode = torch.where(ended, 0, t_in_episode)
+        out = {"return": returns, "team": team}
+        if self.coplayer:
+            out.update(_accuracy(trace, K))
+        return out
+
+    def _trace_step(self, partner_slots, partner_actions, partner_goal, nxt, ended, episode, t_in_episode) -> dict:
+        """One step's predictions (of every learner agent with a co-player model) and the partner's truth."""
+        act_pred = torch.cat([side.prediction("action", partner_slots) for side in self.coplayer], 1)  # [E, Q, P]
+        goal_pred = [side.prediction("goal", partner_slots) for side in self.coplayer]
+        event = nxt.extras.get("goal_event")
+        return {"episode": episode, "t": t_in_episode, "ended": ended,
+                "action_correct": act_pred == partner_actions.unsqueeze(1),  # [E, Q, P]
+                "goal_pred": torch.cat(goal_pred, 1) if all(g is not None for g in goal_pred) else None,
+                "scripted_goal": partner_goal,  # [E, P] or None
+                "goal_event": event[:, partner_slots] if event is not None else None}  # [E, P]
+
+
+class LearnerSide:
+    """A learner group of a trained run, acting without updates: its actor and, if it has one, its co-player
+    model with its memory (kept across episodes when `memory`, else restarted at each episode start)."""
+
+    def __init__(self, run_dir: Path, spec, slots: list[int], env_spec, num_envs: int, device):
+        from hypermappo.policies.groups import Learner, Phase, load_frozen_actor, sub_spec
+
+        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        self.model = None
+        group_spec = sub_spec(env_spec, slots)
+        if not spec.cfg.coplayer.enabled:
+            self.actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(run_dir), group=spec.name), group_spec,
+                                           device)
+            self.fed = False
+            return
+        sd = _latest_checkpoint(run_dir, device)["groups"][spec.name]["learner"]
+        learner = Learner(spec.cfg, group_spec, num_envs, device, 0, env_spec, slots)  # the run's shapes
+        learner.actor.load_state_dict(sd["actor"])
+        learner.coplayer.model.load_state_dict(sd["coplayer"]["model"])
+        self.actor = learner.actor.requires_grad_(False).eval()
+        self.model = learner.coplayer.model.requires_grad_(False).eval()
+        self.fed = learner.coplayer.fed
+
+    def start(self, E: int) -> None:
+        K, device = self.slots.numel(), self.slots.device
+        self.hidden = torch.zeros(E, K, self.actor.hidden_size, device=device) if self.actor.hidden_size else None
+        self.reset = torch.ones(E, K, dtype=torch.bool, device=device)  # the actor's: every episode start
+        self.memory = torch.zeros(E, K, self.model.hidden_size, device=device) if self.model is not None else None
+        self.first = True
+
+    def act(self, s, memory: bool, deterministic: bool) -> torch.Tensor:
+        """Actions [E, K]; the co-player memory consumes this step's own observations first."""
+        obs = s.obs[:, self.slots]  # [E, K, D]
+        actor_obs = obs
+        if self.model is not None:
+            restart = self.reset if (self.first or not memory) else torch.zeros_like(self.reset)
+            self.memory = self.model.step(obs, self.reset, self.memory, restart)  # [E, K, H]
+            self.first = False
+            if self.fed:
+                actor_obs = torch.cat([obs, self.memory], -1)
+        available = None if s.available_actions is None else s.available_actions[:, self.slots]
+        out = self.actor(actor_obs, available, self.hidden, self.reset, active=s.active[:, self.slots])
+        self.hidden = out.hidden
+        return (out.dist.mode() if deterministic else out.dist.sample()).long()
+
+    def observe(self, s) -> None:
+        self.reset = s.done[:, self.slots]
+
+    def prediction(self, head: str, partner_slots: torch.Tensor) -> torch.Tensor | None:
+        """The model's argmax prediction of each partner slot's action or goal: [E, K, P] (None: no such head)."""
+        logits = self.model.predict(self.memory).get(head)  # [E, K, N, A or G]
+        return None if logits is None else logits[:, :, partner_slots].argmax(-1)
+
+
+def _latest_checkpoint(run_dir: Path, device) -> dict:
+    from hypermappo.experiment import read_checkpoint
+
+    reasons = []
+    for path in sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.pt"), reverse=True):
+        try:
+            return read_checkpoint(path, device)
+        except (ValueError, OSError) as e:
+            reasons.append(f"{path.name}: {e}")
+    raise UserError(f"adapt: run {str(run_dir)!r} has no intact checkpoint ({'; '.join(reasons) or 'none there'})")
+
+
+def _accuracy(trace: list[dict], K: int) -> dict:
+    """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each."""
+    from hypermappo.algos.coplayer import hindsight_goals
+
+    episode = torch.stack([x["episode"] for x in trace])  # [S, E]
+    t = torch.stack([x["t"] for x in trace])
+    T = int(t.max()) + 1
+    valid = episode < K
+    cell = (episode.clamp(max=K - 1) * T + t)[valid]  # [V]
+
+    def grid(correct: torch.Tensor, counted: torch.Tensor) -> dict:  # [S, E, ...] -> sums per cell [K, T]
+        c = correct.float().flatten(2).sum(-1)[valid]
+        n = counted.float().flatten(2).sum(-1)[valid]
+        return {"correct": torch.zeros(K * T).index_add_(0, cell, c).view(K, T),
+                "count": torch.zeros(K * T).index_add_(0, cell, n).view(K, T)}
+
+    action = torch.stack([x["action_correct"] for x in trace])  # [S, E, Q, P]
+    out = {"action_accuracy": grid(action, torch.ones_like(action))}
+    if trace[0]["goal_pred"] is not None:
+        pred = torch.stack([x["goal_pred"] for x in trace])  # [S, E, Q, P]
+        ended = torch.stack([x["ended"] for x in trace])  # [S, E]
+        event = trace[0]["goal_event"]
+        label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended) if event is not None \
+            else torch.full(pred[:, :, 0].shape, -1, dtype=torch.long)  # [S, E, P]
+        if trace[0]["scripted_goal"] is not None:
+            given = torch.stack([x["scripted_goal"] for x in trace])
+            label = torch.where(given >= -1, given, label)
+        label = label.unsqueeze(2).expand_as(pred)
+        out["goal_accuracy"] = grid((pred == label) & (label >= 0), label >= 0)
+    return out
+
+
+def _curve(x: torch.Tensor) -> dict:
+    """x [E, K] -> per-episode-index mean and standard error over the E envs."""
+    E = x.shape[0]
+    sem = x.std(0) / math.sqrt(E) if E > 1 else torch.zeros(x.shape[1])
+    return {"mean": x.mean(0).tolist(), "sem": sem.tolist()}
+
+
+def _rates(sums: dict) -> dict:
+    """Accuracy per episode index, per step of the episode (over all K episodes), per (k, t), and overall;
+    NaN where nothing was counted (e.g. no goal label)."""
+    c, n = sums["correct"], sums["count"]
+
+    def rate(correct, count):
+        return torch.where(count > 0, correct / count.clamp(min=1), torch.nan).tolist()
+
+    return {"overall": rate(c.sum(), n.sum()), "by_episode": rate(c.sum(1), n.sum(1)),
+            "by_step": rate(c.sum(0), n.sum(0)), "by_episode_step": rate(c, n), "count": n.sum(1).tolist()}
+
+
+def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, memory=(True, False),
+          partner_group: str | None = None, seed: int | None = None, deterministic: bool = True,
+          out: Path | None = None, device: str = "cpu") -> dict:
+    """Held-out evaluation of one run against each partner in `partners`, for each memory setting; written to
+    OUT/adaptation.json and OUT/adaptation.md when `out` is given."""
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise UserError(f"adapt: --episodes {episodes!r} is invalid; expected consecutive episodes K >= 1")
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise UserError(f"adapt: --num-envs {num_envs!r} is invalid; expected an env count >= 1")
+    if not partners:
+        raise UserError("adapt: --partners is empty; expected scripted:NAME or run directories")
+    members = [parse_partner(p) for p in partners]
+    match = HeldOutMatch(Path(run_dir), partner_group, num_envs, torch.device(device))
+    seed = match.cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
+    results = []
+    for spec, member in zip(partners, members):
+        for mem in memory:
+            played = match.play(member, episodes, mem, seed, deterministic)
+            result = {"partner": _label(member), "source": spec, "memory": bool(mem),
+                      "return": _curve(played["return"]), "team_return": _curve(played["team"])}
+            for name in ("action_accuracy", "goal_accuracy"):
+                if name in played:
+                    result[name] = _rates(played[name])
+            results.append(result)
+    report = {"run_dir": str(run_dir), "env": match.cfg.env, "episodes": episodes, "num_envs": num_envs,
+              "seed": seed, "deterministic": deterministic, "results": results}
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "adaptation.json").write_text(json.dumps(report, indent=2))
+        (out / "adaptation.md").write_text(markdown(report))
+    return report
+
+
+def markdown(report: dict) -> str:
+    K = report["episodes"]
+    head = "| partner | memory | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |"
+    lines = [f"Held-out partners of {report['run_dir']} ({report['env']}): learner return per consecutive episode, "
+             f"mean over {report['num_envs']} envs", "", head, "|" + "---|" * (K + 2)]
+    for r in report["results"]:
+        cells = " | ".join(f"{m:.2f}" for m in r["return"]["mean"])
+        lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {cells} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,136 @@
+"""A population of partner policies acting for one group's K slots, one member per env, selected per env.
+
+Members are scripted rules (with params) and / or frozen learned actors from run directories. Every member acts
+for all E envs with one batched call per step and each env keeps the actions of the member playing there
+(`partner_id[e]`), so the cost is one call per member, never a loop over envs. Used by population groups in
+training (policies/groups.py), by their evaluation (evaluate_groups) and by the held-out-partner evaluation
+(adaptation.py), each with a `PopulationState` of its own (frozen members' recurrent state for its E envs).
+
+Config (a `groups:` entry):
+
+    - name: partner
+      agents: [1]
+      kind: population
+      members:                     # scripted: policy (+ params); frozen: run_dir (+ group)
+        - {policy: staghunt_stag}
+        - {policy: random}
+        - {run_dir: runs/partner, group: b}
+      sample: episode              # episode: each env draws a new member whenever its episode ends
+                                   # fixed: each env keeps one member for the whole run (balanced over envs)
+
+Draws use the group's own generator seeded from the run seed, and are saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hypermappo.errors import UserError
+
+SAMPLE_MODES = ("episode", "fixed")
+GOAL_NOT_GIVEN = -2  # in a population's goals: the member playing there writes none (co-player labels: hindsight)
+MEMBER_KEYS = {"kind", "policy", "params", "run_dir", "group"}
+
+
+def member_entry(where: str, entry) -> dict:
+    """One `members` entry as a phase entry with its kind (scripted when it names a policy, frozen for a run_dir)."""
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: expected a mapping like {{policy: staghunt_stag}} or {{run_dir: runs/x}}, "
+                        f"got {entry!r}")
+    unknown = [k for k in entry if k not in MEMBER_KEYS]
+    if unknown:
+        raise UserError(f"{where}: unknown key {unknown[0]!r}; expected some of {sorted(MEMBER_KEYS)}")
+    if "policy" in entry and "run_dir" in entry:
+        raise UserError(f"{where}: give either policy (a scripted member) or run_dir (a frozen member), not both")
+    kind = entry.get("kind") or ("scripted" if "policy" in entry else "frozen" if "run_dir" in entry else None)
+    if kind not in ("scripted", "frozen"):
+        raise UserError(f"{where}: a member is scripted (policy: NAME) or frozen (run_dir: RUN_DIR), got {entry!r}")
+    return {**entry, "kind": kind}
+
+
+def initial_members(num_envs: int, num_members: int, sample: str, generator: torch.Generator) -> torch.Tensor:
+    """partner_id [E] int64 at the start: uniform draws (sample=episode) or a balanced shuffled split (fixed)."""
+    if sample == "fixed":
+        return (torch.arange(num_envs) % num_members)[torch.randperm(num_envs, generator=generator)]
+    return torch.randint(num_members, (num_envs,), generator=generator)
+
+
+def resample_ended(partner_id: torch.Tensor, ended: torch.Tensor, num_members: int,
+                   generator: torch.Generator) -> torch.Tensor:
+    """A fresh uniform member for each env whose episode just ended (ended [E] bool); the others keep theirs."""
+    if not bool(ended.any()):
+        return partner_id
+    draws = torch.randint(num_members, partner_id.shape, generator=generator).to(partner_id.device)  # [E]
+    return torch.where(ended, draws, partner_id)
+
+
+@dataclass
+class PopulationState:
+    """Frozen members' recurrent state for E envs: hidden[m] [E, K, H] (None for scripted / feed-forward)."""
+
+    hidden: list
+    reset: torch.Tensor  # [E, K] bool: start of an episode (or of a new member) in the next act
+
+
+class Population:
+    """The members of a population (policies/groups.Phase entries, kind scripted or frozen) for K slots."""
+
+    def __init__(self, members: list, env_spec, slots: torch.Tensor, device):
+        from hypermappo.policies.groups import load_frozen_actor
+        from hypermappo.policies.scripted import get_scripted
+
+        self.members, self.slots, self.device = members, slots, device
+        self.fns = [get_scripted(m.policy) if m.kind == "scripted" else None for m in members]
+        self.actors = [load_frozen_actor(m, env_spec, device) if m.kind == "frozen" else None for m in members]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def describe(self) -> list[str]:
+        return [m.describe() for m in self.members]
+
+    def new_state(self, num_envs: int) -> PopulationState:
+        K = self.slots.numel()
+        hidden = [torch.zeros(num_envs, K, a.hidden_size, device=self.device) if a is not None and a.hidden_size
+                  else None for a in self.actors]
+        return PopulationState(hidden, torch.ones(num_envs, K, dtype=torch.bool, device=self.device))
+
+    @torch.no_grad()
+    def act(self, step, env, state: PopulationState, partner_id: torch.Tensor, generator: torch.Generator,
+            deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Actions [E, K] (env e gets member partner_id[e]'s) and the goals [E, K] the members playing there wrote
+        into ScriptedContext.goal (-1: no goal this step; GOAL_NOT_GIVEN where the member writes none, e.g. a
+        frozen actor; None when no member wrote one). Frozen members sample unless `deterministic`."""
+        from hypermappo.policies.scripted import ScriptedContext
+
+        index = self.slots
+        obs = step.obs[:, index]  # [E, K, obs_dim]
+        E, K = obs.shape[:2]
+        actions = goal = None
+        for m, (member, fn, actor) in enumerate(zip(self.members, self.fns, self.actors)):
+            here = (partner_id == m).unsqueeze(-1)  # [E, 1]
+            member_goal = None
+            if fn is not None:
+                ctx = ScriptedContext(env, self.slots, generator, member.params)
+                a = fn(step, ctx)  # [E, K]
+                member_goal = ctx.goal
+            else:
+                avail = None if step.available_actions is None else step.available_actions[:, index]
+                out = actor(obs, avail, state.hidden[m], state.reset, active=step.active[:, index])
+                state.hidden[m] = out.hidden
+                a = out.dist.mode() if deterministic else out.dist.sample()
+            if actions is None:
+                actions = torch.zeros((E, K, *a.shape[2:]), dtype=a.dtype, device=a.device)
+            here_a = here.view(E, *([1] * (a.dim() - 1)))
+            actions = torch.where(here_a, a.to(actions.dtype), actions)
+            if member_goal is not None:
+                if goal is None:
+                    goal = torch.full((E, K), GOAL_NOT_GIVEN, dtype=torch.long, device=a.device)
+                goal = torch.where(here, member_goal.to(goal.device), goal)
+        return actions, goal
+
+    def observe(self, state: PopulationState, done: torch.Tensor) -> None:
+        """done [E, K]: the frozen members' recurrent state restarts there at the next act."""
+        state.reset = done

@@ -1,0 +1,177 @@
+"""Held-out-partner evaluation (adaptation.py, `hypermappo adapt`): K consecutive episodes per partner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from test_groups import TINY
+
+from hypermappo import config as config_mod
+from hypermappo.adaptation import HeldOutMatch, adapt, parse_partner
+from hypermappo.cli import main
+from hypermappo.errors import UserError
+from hypermappo.experiment import Experiment
+
+GROUPS = ("groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: scripted, "
+          "policy: staghunt_stag}]")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A tiny trained run: a learner on slot 0, a scripted stag hunter on slot 1 (shared team reward)."""
+    run = tmp_path_factory.mktemp("adapt") / "run"
+    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=80", GROUPS])
+    exp = Experiment(cfg, run, quiet=True)
+    exp.run()
+    (run / "eval16.json").write_text(json.dumps(exp.evaluate(episodes=16)))  # its own evaluation, 16 episodes
+    return run
+
+
+def test_the_first_episode_is_the_runs_own_evaluation_and_later_ones_continue_the_envs(run):
+    """Against the partner it trained with, episode 1 of every env is what the run's evaluation played (same env
+    seed, learner mode, deterministic partner); the K = 3 curve is the K = 2 curve plus one episode."""
+    cfg = config_mod.from_run_dir(run)
+    want = json.loads((run / "eval16.json").read_text())["group_returns"]["learner"]
+    match = HeldOutMatch(run, None, 16, torch.device("cpu"))
+    partner = parse_partner("scripted:staghunt_stag")
+    seed = cfg.seed + 1_000_003
+    three = match.play(partner, 3, True, seed)
+    two = match.play(partner, 2, True, seed)
+    assert three["return"].shape == (16, 3)
+    assert float(three["return"][:, 0].mean()) == pytest.approx(want)
+    assert torch.equal(three["return"][:, :2], two["return"])
+    assert torch.equal(three["return"], three["team"])  # shared reward: the learner's return is the team's
+    assert three["return"].sum() > 0 and not torch.equal(three["return"][:, 1], three["return"][:, 0])
+
+
+def test_adapt_writes_a_curve_per_partner_and_memory_setting(run, tmp_path, capsys):
+    assert main(["adapt", str(run), "--partners", "scripted:staghunt_hare", "scripted:fixed@action=0",
+                 "--episodes", "4", "--num-envs", "8", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "adaptation.json").read_text())
+    got = [(r["partner"], r["memory"], len(r["return"]["mean"])) for r in report["results"]]
+    assert got == [("staghunt_hare", True, 4), ("staghunt_hare", False, 4), ("fixed@action=0", True, 4),
+                   ("fixed@action=0", False, 4)]
+    assert "| fixed@action=0 | off |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--partners", "scripted:nope"], "unknown scripted policy 'nope'"),
+    (["--partners", "/nonexistent"], "partner '/nonexistent': expected scripted:NAME[@key=value] or a run directory"),
+    (["--partners", "scripted:random", "--episodes", "0"], "--episodes 0 is invalid; expected consecutive episodes"),
+    (["--partners", "scripted:random", "--group", "nobody"], "--group 'nobody' is not a group of run"),
+    (["--partners", "scripted:random", "--group", "learner"], "neither learn nor are the partner group"),
+])
+def test_adapt_mistakes_are_one_line_errors(run, args, expected, capsys):
+    assert main(["adapt", str(run), *args]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
+
+
+def test_a_run_without_a_partner_group_is_refused(tmp_path):
+    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=40"])
+    Experiment(cfg, tmp_path / "plain", quiet=True).run()
+    with pytest.raises(UserError, match="has no groups, so no partner slot"):
+        adapt(tmp_path / "plain", ["scripted:random"])
+
+
+def test_sampled_partners_are_reproducible_and_without_a_coplayer_model_memory_changes_nothing(run):
+    """A frozen partner samples its actions (as in training), as does the learner with deterministic=False:
+    both draw from a generator seeded per call, so the memory settings face the same draws."""
+    torch.manual_seed(123)
+    report = adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, deterministic=False)
+    on, off = report["results"]
+    torch.manual_seed(456)  # the caller's random state does not matter
+    again = adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, memory=(True,), deterministic=False)
+    assert again["results"][0]["return"] == on["return"]
+    assert (on["memory"], off["memory"]) == (True, False)
+    assert on["return"] == off["return"] and on["team_return"] == off["team_return"]
+    assert adapt(run, [f"{run}#learner"], episodes=3, num_envs=8, memory=(True,), deterministic=False,
+                 seed=5)["results"][0]["return"] != on["return"]
+
+
+# --------------------------------------------------------------------------- with a co-player model
+
+@pytest.fixture(scope="module")
+def coplayer_run(tmp_path_factory) -> Path:
+    """A tiny run whose learner has a co-player model (action + goal heads, belief fed to the policy)."""
+    run = tmp_path_factory.mktemp("adapt_cpm") / "run"
+    cfg = config_mod.build_config("staghunt/default", [
+        *TINY, "total_env_steps=80", "coplayer.enabled=true", "coplayer.goal_weight=1.0",
+        "coplayer.memory=persistent", "coplayer.feed=policy",
+        "groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: population, "
+        "members: [{policy: staghunt_stag}, {policy: staghunt_hare}]}]"])
+    Experiment(cfg, run, quiet=True).run()
+    return run
+
+
+def test_memory_on_keeps_the_coplayer_memory_across_episodes_and_off_restarts_it(coplayer_run, monkeypatch):
+    from hypermappo.models.coplayer import CoplayerModel
+
+    restarts = []
+    step = CoplayerModel.step
+
+    def spy(self, obs, new_episode, hidden, reset):
+        restarts.append(bool(reset.all()) if reset.any() else False)
+        return step(self, obs, new_episode, hidden, reset)
+
+    monkeypatch.setattr(CoplayerModel, "step", spy)
+    report = adapt(coplayer_run, ["scripted:staghunt_stag"], episodes=3, num_envs=4)  # memory on, then off
+    on, off = restarts[:75], restarts[75:]
+    assert len(off) == 75  # 3 episodes of 25 steps each
+    assert [t for t, r in enumerate(on) if r] == [0]
+    assert [t for t, r in enumerate(off) if r] == [0, 25, 50]
+    first = [r["action_accuracy"]["by_episode"][0] for r in report["results"]]
+    assert first[0] == first[1]  # episode 1 is the same with and without memory
+    assert report["results"][0]["return"]["mean"][0] == report["results"][1]["return"]["mean"][0]
+
+
+def _constant_prediction(action: int, goal: int):
+    def prediction(self, head, partner_slots):
+        E, K, P = self.memory.shape[0], self.slots.numel(), partner_slots.numel()
+        return torch.full((E, K, P), action if head == "action" else goal, dtype=torch.long)
+    return prediction
+
+
+@pytest.mark.parametrize("partner, action_acc, goal_acc", [
+    ("scripted:fixed@action=0", 1.0, "unlabelled"),  # writes no goal and stays put: it never catches anything
+    ("scripted:fixed@action=3", 0.0, None),
+    ("scripted:staghunt_stag", None, 1.0),  # its own target: the stag (goal 0)
+    ("scripted:staghunt_hare", None, 0.0),
+])
+def test_accuracy_compares_the_prediction_with_the_partners_action_and_goal(coplayer_run, monkeypatch, partner,
+                                                                            action_acc, goal_acc):
+    from hypermappo import adaptation
+
+    monkeypatch.setattr(adaptation.LearnerSide, "prediction", _constant_prediction(0, 0))
+    r = adapt(coplayer_run, [partner], episodes=2, num_envs=4, memory=(True,))["results"][0]
+    if action_acc is not None:
+        assert r["action_accuracy"]["by_episode"] == [action_acc, action_acc]
+        assert r["action_accuracy"]["by_step"] == [action_acc] * 25
+    if isinstance(goal_acc, float):
+        assert r["goal_accuracy"]["by_episode"] == [goal_acc, goal_acc]
+        assert r["goal_accuracy"]["count"] == [100.0, 100.0]  # every step of 4 envs x 25 steps is labelled
+    elif goal_acc == "unlabelled":
+        assert r["goal_accuracy"]["count"] == [0.0, 0.0]  # nothing labelled: no accuracy (NaN), not 0 or 1
+        assert all(x != x for x in r["goal_accuracy"]["by_episode"])
+
+
+def test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode():
+    """One env, two episodes of 3 steps; the partner completes goal 1 at step 2 of episode 1 and goal 0 at step 1
+    of episode 2; the model always predicts goal 1. Labels: episode 1: 1, 1, -1; episode 2: 0, -1, -1."""
+    from hypermappo.adaptation import _accuracy
+
+    events = [-1, 1, -1, 0, -1, -1]
+    trace = [{"episode": torch.tensor([i // 3]), "t": torch.tensor([i % 3]), "ended": torch.tensor([i % 3 == 2]),
+              "action_correct": torch.tensor([[[i % 2 == 0]]]), "goal_pred": torch.tensor([[[1]]]),
+              "scripted_goal": None, "goal_event": torch.tensor([[e]])} for i, e in enumerate(events)]
+    acc = _accuracy(trace, 2)
+    assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 0], [1, 0, 0]]
+    assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 0], [0, 0, 0]]
+    assert acc["action_accuracy"]["correct"].tolist() == [[1, 0, 1], [0, 1, 0]]
+    given = [dict(x, scripted_goal=torch.tensor([[g]])) for x, g in zip(trace, [-2, -2, 1, -1, 0, -2])]
+    acc = _accuracy(given, 2)  # a partner's own target (>= -1) wins over hindsight; -2: not given
+    assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 1], [0, 1, 0]]
+    assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 1], [0, 0, 0]]
