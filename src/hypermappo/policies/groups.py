@@ -280,13 +280,13 @@ class Learner:
         from hypermappo.diagnostics import Diagnostics, LiveComponentAudit
         from hypermappo.experiment import action_layout
         from hypermappo.models.actor import build_actor
-        from hypermappo.models.critic import Critic
+        from hypermappo.models.critic import build_critic
         from hypermappo.models.distributions import params_size
         from hypermappo.storage.rollout import RolloutBuffer
 
         self.cfg, self.spec = cfg, spec
         self.actor = build_actor(cfg.actor, spec, cfg).to(device)
-        self.critic = Critic(spec, cfg).to(device)
+        self.critic = build_critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
         self.algo = MAPPO(self.actor, self.critic, cfg)
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
