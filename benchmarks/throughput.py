@@ -65,6 +65,25 @@ EXTRA_OBS = {
     "hyper-obs-last-mean": ([*OBS_LAST, *LEAN_OBS, "hyper.obs_aggregation=mean"], "mean-pooled instead of attention"),
     "hyper-obs-last-wide": (OBS_LAST, "64-wide, full rank, 4 heads, 2 layers: the config defaults"),
 }
+# issue 18: accumulated increments (hyper.output=accumulate, a recurrent weight state trained on chunks; T=25 is one
+# chunk or five) against the same hypernetwork with increments and MAPPO, at the main point only. Full rank keeps the
+# accumulated code (hidden + 1 floats per agent), low rank the generated weights themselves (64 x 5 + 5 for the head)
+ACCUMULATE = ["hyper.output=accumulate", "ppo.data_chunk_length=25"]
+LEAN_FULL = ["hyper.obs_embed_dim=16", "hyper.hidden=16"]  # LEAN_OBS at full rank
+EXTRA_ACCUMULATE = {
+    "hyper-id-last": (["algo=mappo", "actor=hyper", "hyper.context=[agent_id]", "hyper.layers=last"],
+                      "increment, agent-id context, last layer"),
+    "hyper-accum-id-last": (["algo=mappo", "actor=hyper", "hyper.context=[agent_id]", "hyper.layers=last",
+                             *ACCUMULATE], "accumulate, agent-id context, last layer: 65-float state"),
+    "hyper-obs-last-r0": ([*OBS_LAST, *LEAN_FULL], "increment, as hyper-obs-last at full rank"),
+    "hyper-accum-obs-last-r0": ([*OBS_LAST, *LEAN_FULL, *ACCUMULATE], "accumulate, as hyper-obs-last-r0: 17-float state"),
+    "hyper-accum-obs-last-r0-c5": ([*OBS_LAST, *LEAN_FULL, *ACCUMULATE[:1], "ppo.data_chunk_length=5"],
+                                   "as hyper-accum-obs-last-r0 with chunks of 5"),
+    "hyper-accum-obs-last": ([*OBS_LAST, *LEAN_OBS, *ACCUMULATE],
+                             "accumulate, as hyper-obs-last (rank 1): 325-float state"),
+    "hyper-obs-defaults": (["algo=mappo", "actor=hyper", "hyper.context=[obs]"],
+                           "increment, hyper.context=obs, every other key at its default (all layers)"),
+}
 ENVS = ["mpe:simple_spread", "vmas:simple_spread", "staghunt", "matrix:climbing", "mpe2:simple_spread_v3"]
 NUM_ENVS = [16, 128, 1024]
 SMALL_E_ONLY = {"mpe2:simple_spread_v3": 16}  # one Python env per copy: slow, and ~2 GB of envs at E=1024
@@ -94,7 +113,7 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
             for name, overrides in VARIANTS.items():
                 cases.append(case(name, env, e, threads, overrides))
     v, env, e = MAIN
-    for name, (overrides, note) in EXTRA_OBS.items():
+    for name, (overrides, note) in {**EXTRA_OBS, **EXTRA_ACCUMULATE}.items():
         cases.append(case(name, env, e, threads, overrides, note=note))
     if threads != 1:
         for name in ("mappo", "hyper-id", "hyper-obs-last"):

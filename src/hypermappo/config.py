@@ -141,8 +141,12 @@ class HyperConfig:
     layers: str = opt("all", "which actor layers are generated: all, last (policy head only), hidden",
                       choices=["all", "last", "hidden"])
     hidden_scale: bool = opt(False, "with layers=last: a generated per-unit scale on the shared hidden layers")
-    output: str = opt("increment", "increment (theta_base + delta) or full (generated weights, no base)",
-                      choices=["increment", "full"])
+    output: str = opt("increment", "increment (theta_base + delta), full (generated weights, no base) or accumulate "
+                                   "(theta_t = theta_{t-1} + delta_t from theta_base at episode start / death: a "
+                                   "per-agent recurrent weight state, trained on ppo.data_chunk_length chunks)",
+                      choices=["increment", "full", "accumulate"])
+    decay: float = opt(0.0, "output=accumulate: pull toward theta_base per step, "
+                            "theta_t - theta_base = (1 - decay) (theta_{t-1} - theta_base) + delta_t", min=0.0, max=1.0)
     rank: int = opt(0, "low-rank generation delta = U V with this rank (0 = full matrices)", min=0)
     lr: float = opt(1e-4, "hypernetwork learning rate", min=0.0, min_exclusive=True, max=1.0)
     alpha: float = opt(0.0, "smoothness weight: ||delta_t - delta_{t-1}||^2 (+ target term); suggested 0.1", min=0.0)
@@ -153,6 +157,9 @@ class HyperConfig:
                               "target_interval updates), polyak (tau each update)", choices=["none", "hard", "polyak"])
     target_interval: int = opt(10, "K: updates between hard target syncs", min=1)
     target_tau: float = opt(0.01, "Polyak rate of the target hypernetwork", min=0.0, min_exclusive=True, max=1.0)
+    init_from: str = opt("", "warm start: load the hypernetwork from this run directory's newest intact checkpoint "
+                             "(shapes must match; empty = fresh init)")
+    init_base: bool = opt(False, "with init_from: also load the actor's base weights (trunk, head, log_std)")
 
 
 @dataclass
@@ -463,7 +470,7 @@ def check_duplicate_keys(overrides: list[str]) -> None:
 def _recurrent(cfg: Config) -> bool:
     """Whether any network has a GRU (MAPPO then trains on chunks of ppo.data_chunk_length steps)."""
     return (cfg.actor == "rnn" or cfg.critic.recurrent == "on"
-            or (cfg.actor == "hyper" and "history" in cfg.hyper.context))
+            or (cfg.actor == "hyper" and ("history" in cfg.hyper.context or cfg.hyper.output == "accumulate")))
 
 
 def unused_keys(cfg: Config) -> dict[str, str]:
@@ -500,6 +507,8 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check("hyper.hidden", h.mlp_layers > 0, "with hyper.mlp_layers=0 there is no hypernetwork hidden layer")
         check("hyper.target_interval", h.target == "hard", f"it needs hyper.target=hard, got {h.target!r}")
         check("hyper.target_tau", h.target == "polyak", f"it needs hyper.target=polyak, got {h.target!r}")
+        check("hyper.decay", h.output == "accumulate", f"it needs hyper.output=accumulate, got {h.output!r}")
+        check("hyper.init_base", bool(h.init_from), "it needs hyper.init_from=RUN_DIR (the run to load from)")
         if h.target != "none" and h.alpha == 0 and "hyper.target" not in out:
             out["hyper.target"] = (f"hyper.target={h.target!r} builds a target hypernetwork that nothing reads: only "
                                    f"the smoothness term reads it, so it needs hyper.alpha>0 (got hyper.alpha=0)")
@@ -507,7 +516,8 @@ def unused_keys(cfg: Config) -> dict[str, str]:
           f"it is the GRU size of actor=rnn or critic.recurrent=on, got actor={cfg.actor!r}, "
           f"critic.recurrent={cfg.critic.recurrent!r}")
     check("ppo.data_chunk_length", _recurrent(cfg),
-          "nothing is recurrent (it needs actor=rnn, critic.recurrent=on or history in hyper.context)")
+          "nothing is recurrent (it needs actor=rnn, critic.recurrent=on, history in hyper.context or "
+          "hyper.output=accumulate)")
     for name in ("hyper_hidden", "hyper_lr"):
         check(f"critic.{name}", cfg.critic.arch == "hyper", f"it needs critic.arch=hyper, got {cfg.critic.arch!r}")
     check("ppo.huber_delta", cfg.ppo.huber, "it needs ppo.huber=true")
@@ -543,7 +553,8 @@ def validate(cfg: Config) -> None:
             and h.obs_embed_dim % h.attention_heads:
         raise UserError(f"hyper.attention_heads: obs_embed_dim ({h.obs_embed_dim}) must be divisible by it, "
                         f"got {h.attention_heads}")
-    if cfg.actor == "hyper" and h.alpha > 0 and h.context == ["agent_id"] and h.target == "none":
+    if cfg.actor == "hyper" and h.alpha > 0 and h.context == ["agent_id"] and h.target == "none" \
+            and h.output != "accumulate":  # accumulate's smoothness term is ||delta_t||^2, not a difference
         raise UserError("hyper.alpha: with context [agent_id] delta does not change between steps, so the "
                         "smoothness term would be 0; add obs/history to hyper.context or set hyper.target")
     if cfg.actor == "hyper" and h.hidden_scale and h.layers != "last":

@@ -265,6 +265,7 @@ class Experiment:
             self._load_checkpoint()
         else:
             config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
+            self._warm_start()
         self.summary_extra.update(self.actor.describe())  # this machine's, also on resume
         self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
@@ -285,6 +286,24 @@ class Experiment:
     death = property(lambda self: self.primary.death)
     store_prev_obs = property(lambda self: self.primary.store_prev_obs)
     store_dist_params = property(lambda self: self.primary.store_dist_params)
+
+    def _warm_start(self) -> None:
+        """hyper.init_from (see warm_start.py) for each learner that asks; the audit is rebuilt on the loaded actor
+        (its target snapshot), so it still judges the warm-started run."""
+        from hypermappo.diagnostics import LiveComponentAudit
+        from hypermappo.warm_start import warm_start
+
+        for g in self.groups:
+            L = g.learner
+            if L is None or L.cfg.actor != "hyper" or not L.cfg.hyper.init_from:
+                continue
+            info = warm_start(L.actor, L.cfg, self.device)
+            if L.audit is not None:
+                L.audit = LiveComponentAudit(L.actor, L.critic, L.cfg)
+            if self.multi:
+                self.summary_extra.setdefault("group_warm_start", {})[g.name] = info
+            else:
+                self.summary_extra["warm_start"] = info
 
     def _prefix(self, group, metrics: dict) -> dict:
         """Metric names of a group: `<group>/<name>` when groups are configured, else unchanged."""

@@ -17,11 +17,13 @@ matmul of each layer's input against the generator's weights, no per-sample weig
 from __future__ import annotations
 
 import copy
+import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.errors import UserError
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear
@@ -290,6 +292,18 @@ class HyperActor(MLPActor):
                     gain = cfg.model.policy_gain if i == n_hidden else cfg.model.hidden_gain()
                     gen.w.bias.mul_(gain / 2 ** 0.5)
         self.hidden_size = self.hyper.context.history_size
+        # output=accumulate: the generated layers' weights theta_t = theta_base + S_t are a per-agent state, carried
+        # after the history GRU's state in the actor's hidden vector [..., N, history + state] (see
+        # `_accumulated_forward`): a step count, the accumulated code or the weights themselves
+        self.accumulate = h.output == "accumulate"
+        self.state_shapes = shapes if self.accumulate else []
+        self.state_size = 0
+        if self.accumulate:
+            self.state_kind = "count" if self.hyper.context.static else "weights" if h.rank else "code"
+            self.state_size = {"count": 1, "code": self.hyper.generators[0].b.in_features + 1,
+                               "weights": sum(i * o + o for i, o in shapes)}[self.state_kind]
+            check_state_memory(cfg, spec.num_agents, self.state_size, shapes)
+            self.hidden_size += self.state_size
         # feed-forward smoothness recomputes delta_{t-1} from the stored previous observation
         self.needs_prev_obs = h.alpha > 0 and not self.hyper.context.static and not self.hidden_size
         self.target = None
@@ -388,6 +402,8 @@ class HyperActor(MLPActor):
         return net(obs, hidden, reset, sequence, active)
 
     def forward(self, obs, available=None, hidden=None, reset=None, sequence=False, active=None) -> ActorOut:
+        if self.accumulate:
+            return self._accumulated_forward(obs, available, hidden, reset, sequence, active)
         static = self.hyper.context.static
         gens, scales, new_hidden = self.generate(obs, hidden, reset, sequence, active=active)
         by_layer = dict(zip(self.generated, gens))
@@ -406,6 +422,113 @@ class HyperActor(MLPActor):
             n = len(t.linears)
             logits = self._apply_layer(self.head, x, by_layer.get(n), generator.get(n))
         dist = make_dist(self.action_space, logits, available, self.log_std)
+        return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
+
+    # -------------------------------------------------------------- output=accumulate
+    # theta_t = theta_base + S_t, S_t = active_t * ((1 - decay) * S_{t-1} * ~reset_t + delta_t). A full-rank delta is
+    # linear in the code c = [z, 1] (delta_t = A c_t, see `WeightGenerator`), so S_t = A C_t with C_t accumulated the
+    # same way from the codes: the state is the code C_t [hidden + 1] per agent, whatever the generated layers' size,
+    # and a layer runs the factored product of `_apply_layer` on C_t. A low-rank delta U(z) V(z) is not linear in the
+    # code: there the state is S_t itself, every generated W and b flattened [P], applied per sample. With an agent-id
+    # context delta is constant per agent, so S_t = n_t delta_agent: the state is the (decayed) step count n_t [1].
+
+    def _flat_increment(self, gens: list[dict]) -> torch.Tensor:
+        """delta_t as one flat vector per sample [..., N, P] (per agent [N, P] for a static context): per generated
+        layer W row-major [in * out] (U V for low rank) then b [out], the layout of the low-rank weight state."""
+        parts = []
+        for g in self._explicit(gens):
+            w = g["W"] if "W" in g else g["U"] @ g["V"]
+            parts += [w.flatten(-2), g["b"]]
+        return torch.cat(parts, -1)
+
+    def weight_offset(self, hidden: torch.Tensor) -> torch.Tensor:
+        """theta_t - theta_base [..., N, P] (the `_flat_increment` layout) from the actor's hidden state [..., N, H]."""
+        state = hidden[..., self.hyper.context.history_size:]
+        if self.state_kind == "count":
+            return state * self._flat_increment(self.generate(hidden.new_zeros(1, self.n_agents, 1))[0])
+        if self.state_kind == "weights":
+            return state
+        return state @ self.hyper.flat_matrix().t()
+
+    def _accumulate_step(self, state, delta, reset, active):
+        """One step of the recurrence above; zero (theta_base) at episode starts and while an agent is dead, so a
+        respawned agent starts again from theta_base. state [..., N, S], delta [..., N, S] or [N, S]."""
+        if reset is not None:
+            state = state * (~reset).unsqueeze(-1).to(state.dtype)
+        if self.cfg_h.decay:
+            state = state * (1.0 - self.cfg_h.decay)
+        state = state + delta
+        if active is not None:
+            state = state * active.unsqueeze(-1).to(state.dtype)
+        return state
+
+    def _explicit_layer(self, lin: AgentLinear, x: torch.Tensor, state: torch.Tensor | None) -> torch.Tensor:
+        """x [..., N, in] through theta_base + S (low rank): the base layer as MAPPO computes it plus x @ S_W + S_b,
+        so a zero state gives MAPPO's output exactly. state [..., N, in * out + out] (this layer's slice)."""
+        if state is None:
+            return lin(x)
+        i, o = lin.in_features, lin.out_features
+        w = state[..., :i * o].unflatten(-1, (i, o))  # [..., N, in, out]
+        return lin(x) + (x.unsqueeze(-2) @ w).squeeze(-2) + state[..., i * o:]
+
+    @staticmethod
+    def _counted_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None, count: torch.Tensor) -> torch.Tensor:
+        """x [..., N, in] through theta_base + n_t delta_agent: base layer + n_t (x @ dW_agent + db_agent)."""
+        if gen is None:
+            return lin(x)
+        w = gen["W"] if "W" in gen else gen["U"] @ gen["V"]  # [N, in, out]
+        return lin(x) + count * (torch.einsum("...ni,nio->...no", x, w) + gen["b"])
+
+    def _accumulated_forward(self, obs, available, hidden, reset, sequence, active) -> ActorOut:
+        """hyper.output=accumulate (see above), trained through chunks like a GRU state. hidden [..., N, history +
+        state] is the state before this step (before step 0 of the chunk with `sequence`, obs [L, ..., N, D]);
+        returns the state after the (last) step."""
+        hs = self.hyper.context.history_size
+        history = hidden[..., :hs] if hidden is not None and hs else None
+        state = hidden[..., hs:] if hidden is not None else None
+        gens, scales, new_history = self.generate(obs, history, reset, sequence, active=active)  # delta_t
+        static, kind = self.hyper.context.static, self.state_kind
+        if kind == "count":
+            delta = obs.new_ones(self.n_agents, 1)  # [N, 1]: one more step of the agent's constant increment
+        else:  # [(L,) ..., N, S]
+            delta = self._flat_increment(gens) if kind == "weights" else gens[0]["code"]
+        if state is None:
+            state = obs.new_zeros(*(obs.shape[1:-1] if sequence else obs.shape[:-1]), self.state_size)
+        if sequence:  # the recurrence steps through time; everything else runs on all L steps at once
+            states = []
+            for t in range(obs.shape[0]):
+                state = self._accumulate_step(state, delta if static else delta[t],
+                                              None if reset is None else reset[t], None if active is None else active[t])
+                states.append(state)
+            per_step = torch.stack(states)  # [L, ..., N, S]
+        else:
+            state = per_step = self._accumulate_step(state, delta, reset, active)
+        by_layer, at = {}, 0
+        for i, (fi, fo), gen in zip(self.generated, self.state_shapes, gens):
+            if kind == "weights":
+                by_layer[i] = per_step[..., at:at + fi * fo + fo]
+                at += fi * fo + fo
+            else:
+                by_layer[i] = {"code": per_step} if kind == "code" else gen
+        generator = dict(zip(self.generated, self.hyper.generators))
+        x = self.actor_input(obs)
+        t = self.trunk
+        if t.feature_norm is not None:
+            x = t.feature_norm(x)
+        n = len(t.linears)
+        for i, lin in enumerate(list(t.linears) + [self.head]):
+            if kind == "weights":
+                x = self._explicit_layer(lin, x, by_layer.get(i))
+            elif kind == "code":
+                x = self._apply_layer(lin, x, by_layer.get(i), generator.get(i))
+            else:
+                x = self._counted_layer(lin, x, by_layer.get(i), per_step)
+            if i < n:
+                x = t.norms[i](t.act(x))
+                if scales:
+                    x = x * scales[i]
+        dist = make_dist(self.action_space, x, available, self.log_std)
+        new_hidden = state if new_history is None else torch.cat([new_history, state], -1)
         return ActorOut(dist, new_hidden, {"gens": gens, "static": static})
 
     # -------------------------------------------------------------- losses / diagnostics
@@ -470,7 +593,10 @@ class HyperActor(MLPActor):
         gens = out.aux["gens"]
         active = batch["active"].float()
         terms = []
-        if not out.aux["static"]:
+        if self.accumulate:  # the step of the weight state itself: ||delta_t||^2 (per agent for a static context)
+            sq = self._delta_sq_norm(gens)
+            terms.append((sq * active).sum() / active.sum().clamp(min=1.0))
+        elif not out.aux["static"]:
             if "actor_h0" in batch:  # chunks [L, B, N]: adjacent steps within the chunk
                 d = self._delta_sq_dist([{k: v[1:] for k, v in g.items()} for g in gens],
                                         [{k: v[:-1] for k, v in g.items()} for g in gens])
@@ -481,10 +607,43 @@ class HyperActor(MLPActor):
                 keep = active * (~batch["reset"]).float()
             terms.append((d * keep).sum() / keep.sum().clamp(min=1.0))
         if self.target is not None:
+            h0 = batch.get("actor_h0")
+            if h0 is not None:  # the history GRU's part (output=accumulate carries its weight state after it)
+                h0 = h0[..., :self.hyper.context.history_size]
             with torch.no_grad():
-                tgens = self.generate(batch["obs"], batch.get("actor_h0"), batch["reset"], "actor_h0" in batch,
+                tgens = self.generate(batch["obs"], h0, batch["reset"], "actor_h0" in batch,
                                       net=self.target, active=batch["active"])[0]
             sq = self._delta_sq_dist(gens, tgens, self.target)
             terms.append(sq.mean() if out.aux["static"] else (sq * active).sum() / active.sum().clamp(min=1.0))
         smooth = sum(terms)
         return {"smooth_loss": h.alpha * smooth}
+
+
+def _available_memory(device: str) -> int:
+    """Bytes free for tensors on `device` (CUDA: the device's free memory; else the OS's MemAvailable)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def check_state_memory(cfg, n_agents: int, state_size: int, shapes: list, available: int | None = None) -> None:
+    """Refuse an accumulated weight state that cannot fit: the rollout stores it for T x E x N slots, and each
+    training mini-batch keeps it per step for the backward (~3 copies: state, its gradient, the layer products)."""
+    T, E = cfg.rollout_length, cfg.num_envs
+    stored = 4 * T * E * n_agents * state_size
+    need = stored * (1 + 3 / cfg.ppo.num_mini_batch)
+    available = _available_memory(cfg.device) if available is None else available
+    if need > available / 2:
+        gb = 1024 ** 3
+        raise UserError(
+            f"hyper.output=accumulate: the weight state ({state_size:,} floats per agent for generated layers "
+            f"{[f'{i}x{o}' for i, o in shapes]}) needs ~{need / gb:.1f} GB for rollout_length x num_envs x agents = "
+            f"{T} x {E} x {n_agents}, more than half of the {available / gb:.1f} GB free; use hyper.layers=last, "
+            f"smaller model.hidden_sizes, or fewer num_envs / rollout_length")
