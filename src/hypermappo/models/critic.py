@@ -115,7 +115,7 @@ class HyperCritic(Critic):
         from hypermappo.models.hyper import HyperActor
 
         x = critic_input(self.mode, obs, state)  # [..., N, C]
-        if self.death_masked and active is not None:
+        if self.death_masked and active is not None:  # dead agents: zero input except their id, as Critic
             x = death_mask(self.mode, x, active)
         t = self.trunk
         if t.feature_norm is not None:
