@@ -198,7 +198,31 @@ def report(args) -> None:
             lines.append(f"| {variant} | {e['n']} | {e['env_steps']:,} | {e['mean']:.3f} [{e['ci_low']:.3f}, "
                          f"{e['ci_high']:.3f}] | {e['iqm']:.3f} [{e['iqm_ci_low']:.3f}, {e['iqm_ci_high']:.3f}] | "
                          f"{dtxt} | {k['mean']:.2e} | {s['mean']:.3f} | {e['wall_s_mean']:.0f} |")
+        pairs = []  # every pair of variants: is the difference of mean final scores significant?
+        names = list(rows)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                xa, xb = np.array(table[a]["per_seed"]), np.array(table[b]["per_seed"])
+                if xa.size < 2 or xb.size < 2:
+                    continue
+                lo, hi = diff_ci(xa, xb)
+                pairs.append({"a": a, "b": b, "diff": float(xa.mean() - xb.mean()), "ci": [lo, hi],
+                              "significant": bool(lo > 0 or hi < 0)})
+        table["_pairs"] = pairs
+        lines += ["", "Pairwise difference of mean final scores (a - b) [95% bootstrap CI]:", ""]
+        lines += [f"- {p['a']} - {p['b']}: {p['diff']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] -> "
+                  f"{'significant' if p['significant'] else 'not significant'}" for p in pairs]
+        missing = [v for v in VARIANTS if v not in rows]
+        if missing:
+            lines += ["", f"Not run for {task} (cut for compute): {', '.join(missing)}."]
         lines.append("")
+    load = os.getloadavg()
+    lines += [f"Machine: 2 shared CPU cores, each run 1 torch thread, at most 2 runs in parallel; load average at "
+              f"report time {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min; other jobs share the "
+              "cores), so wall s/run is only a rough cost. Diagnostics every "
+              f"{args.diag_every} updates (per-agent KL = kl_sum / N averaged over the diagnosed updates; SND at the "
+              "last diagnosed update). Reproduce: `python benchmarks/ablation_v2.py` with the options in "
+              "ablation_v2.json's meta."]
     meta = {k: v for k, v in vars(args).items() if k not in ("report_only",)}
     meta["variants"] = VARIANTS
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "tables": tables}, indent=2))
