@@ -75,7 +75,8 @@ class Critic(nn.Module):
         self.death_masked = resolve_death(cfg.ppo.death, spec) == "episode"
 
     def optimizer_groups(self, lr: float) -> list[dict]:
-        return [{"params": list(self.parameters()), "lr": lr, "name": "critic"}]
+        """One group at the optimiser's lr; no extra keys, so optimiser state (and checkpoints) stay as before."""
+        return [{"params": list(self.parameters())}]
 
     def forward(self, obs, state, hidden=None, reset=None, sequence=False, active=None):
         """-> (values [..., N] in normalised units when value normalisation is on, new hidden).
