@@ -84,6 +84,12 @@ EXTRA_ACCUMULATE = {
     "hyper-obs-defaults": (["algo=mappo", "actor=hyper", "hyper.context=[obs]"],
                            "increment, hyper.context=obs, every other key at its default (all layers)"),
 }
+# issue 18: the hypernetwork critic (critic.arch=hyper: per-agent increments from the agent id) vs the mappo row
+EXTRA_CRITIC = {
+    "mappo-hcritic": (["algo=mappo", "actor=mlp", "critic.arch=hyper"], "MAPPO with the hypernetwork critic"),
+    "hyper-id-hcritic": (["algo=mappo", "actor=hyper", "hyper.context=[agent_id]", "critic.arch=hyper"],
+                         "hyper-id with the hypernetwork critic"),
+}
 ENVS = ["mpe:simple_spread", "vmas:simple_spread", "staghunt", "matrix:climbing", "mpe2:simple_spread_v3"]
 NUM_ENVS = [16, 128, 1024]
 SMALL_E_ONLY = {"mpe2:simple_spread_v3": 16}  # one Python env per copy: slow, and ~2 GB of envs at E=1024
@@ -123,7 +129,7 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
             for name, overrides in VARIANTS.items():
                 cases.append(case(name, env, e, threads, overrides))
     v, env, e = MAIN
-    for name, (overrides, note) in {**EXTRA_OBS, **EXTRA_ACCUMULATE}.items():
+    for name, (overrides, note) in {**EXTRA_OBS, **EXTRA_ACCUMULATE, **EXTRA_CRITIC}.items():
         cases.append(case(name, env, e, threads, overrides, note=note))
     if threads != 1:
         for name in ("mappo", "hyper-id", "hyper-obs-last"):

@@ -132,6 +132,12 @@ class CriticConfig:
     hidden_sizes: list[int] = opt([], "critic widths; empty = same as model.hidden_sizes")
     share_params: str = opt("auto", "one critic for all agents: auto follows model.share_params",
                             choices=["auto", "on", "off"])
+    arch: str = opt("mlp", "critic network: mlp (MAPPO's), or hyper: a hypernetwork on the agent's one-hot id "
+                           "adds per-agent increments to every critic layer (HyperMARL's critic; starts equal to mlp)",
+                    choices=["mlp", "hyper"])
+    hyper_hidden: int = opt(64, "critic.arch=hyper: hypernetwork width (2 hidden layers)", min=1)
+    hyper_lr: float = opt(1e-4, "critic.arch=hyper: the critic hypernetwork's learning rate", min=0.0,
+                          min_exclusive=True, max=1.0)
 
 
 @dataclass
@@ -572,6 +578,8 @@ def unused_keys(cfg: Config) -> dict[str, str]:
     check("ppo.data_chunk_length", _recurrent(cfg),
           "nothing is recurrent (it needs actor=rnn, critic.recurrent=on, history in hyper.context or "
           "hyper.output=accumulate)")
+    for name in ("hyper_hidden", "hyper_lr"):
+        check(f"critic.{name}", cfg.critic.arch == "hyper", f"it needs critic.arch=hyper, got {cfg.critic.arch!r}")
     check("ppo.huber_delta", cfg.ppo.huber, "it needs ppo.huber=true")
     check("log.wandb_project", cfg.log.wandb, "it needs log.wandb=true")
     for name in ("grad_cos_samples", "snd_pool"):
@@ -645,8 +653,22 @@ def validate(cfg: Config) -> None:
     if h.output == "full" and h.rank:
         raise UserError(f"hyper.rank: low-rank generation makes increments; with hyper.output=full use rank=0, "
                         f"got {h.rank}")
+    check_hyper_critic(cfg)
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
         raise UserError(f"device: expected cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+
+
+def check_hyper_critic(cfg: Config) -> None:
+    """critic.arch=hyper generates feed-forward layers whose output PopArt could not rescale."""
+    if cfg.critic.arch != "hyper":
+        return
+    c = cfg.critic
+    if c.recurrent == "on" or (c.recurrent == "auto" and cfg.actor == "rnn"):
+        raise UserError(f"critic.arch=hyper: the hypernetwork critic is feed-forward, so it needs critic.recurrent=off "
+                        f"(got critic.recurrent={c.recurrent!r} with actor={cfg.actor!r})")
+    if cfg.ppo.value_norm == "popart":
+        raise UserError("critic.arch=hyper: ppo.value_norm=popart rescales a fixed value head, but this head's weights "
+                        "are generated per agent; use ppo.value_norm=valuenorm or none")
 
 
 def to_dict(cfg: Config) -> dict:

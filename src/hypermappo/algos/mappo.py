@@ -45,7 +45,7 @@ class MAPPO:
         # foreach: one kernel per step for all tensors instead of a Python loop (same values on CPU)
         self.actor_opt = torch.optim.Adam(actor.optimizer_groups(p.lr_actor), lr=p.lr_actor, eps=p.adam_eps,
                                           weight_decay=p.weight_decay, foreach=True)
-        self.critic_opt = torch.optim.Adam(critic.parameters(), lr=p.lr_critic, eps=p.adam_eps,
+        self.critic_opt = torch.optim.Adam(critic.optimizer_groups(p.lr_critic), lr=p.lr_critic, eps=p.adam_eps,
                                            weight_decay=p.weight_decay, foreach=True)
         for opt in (self.actor_opt, self.critic_opt):
             for group in opt.param_groups:

@@ -4,14 +4,19 @@ The critic returns one value per agent slot `[..., N]`, so agent-specific global
 (`state_agent_id`, `state_obs_agent_id`) and IPPO's local critic share one code path.
 With `ppo.death=episode` a dead agent's input is death-masked as in the MAPPO paper: everything
 zero except its own agent id, so its value is one learned constant per agent slot.
+`critic.arch=hyper` (`HyperCritic`) keeps this critic as the base and adds per-agent weight increments
+generated from the agent's one-hot id (HyperMARL's critic), with hyper.py's generator machinery.
 """
 
 from __future__ import annotations
+
+import types
 
 import torch
 import torch.nn as nn
 
 from hypermappo.algos.death import resolve_death
+from hypermappo.config import CoplayerConfig, HyperConfig
 from hypermappo.models.actor import agent_onehot
 from hypermappo.models.agent_layers import AgentLinear, AgentMLP
 
@@ -70,6 +75,10 @@ class Critic(nn.Module):
         self.death_masked = resolve_death(cfg.ppo.death, spec) == "episode"
         self.obs_dim = spec.obs_dim  # the env's; features the actor's input adds after it are not the critic's
 
+    def optimizer_groups(self, lr: float) -> list[dict]:
+        """One group at the optimiser's lr; no extra keys, so optimiser state (and checkpoints) stay as before."""
+        return [{"params": list(self.parameters())}]
+
     def forward(self, obs, state, hidden=None, reset=None, sequence=False, active=None):
         """-> (values [..., N] in normalised units when value normalisation is on, new hidden).
 
@@ -81,3 +90,53 @@ class Critic(nn.Module):
             x = death_mask(self.mode, x, active)
         features, hidden = self.trunk(x, hidden, reset, sequence)
         return self.head(features).squeeze(-1), hidden
+
+
+class HyperCritic(Critic):
+    """Critic whose layers are theta_base + delta(agent id), delta from a hypernetwork (critic.arch=hyper).
+
+    The base is exactly `Critic` (same init), and the generators' output heads start at zero, so at step 0
+    this is MAPPO's critic. The context is the agent id alone, so the N per-agent weight sets are generated
+    once per forward and applied with one batched matmul per layer (agent-major layout, as HyperActor)."""
+
+    def __init__(self, spec, cfg):
+        super().__init__(spec, cfg)
+        from hypermappo.models.hyper import HyperNetwork
+
+        c = cfg.critic
+        # agent-id context only: the critic's hypernetwork never reads a co-player belief
+        net_cfg = types.SimpleNamespace(hyper=HyperConfig(context=["agent_id"], hidden=c.hyper_hidden),
+                                        coplayer=CoplayerConfig(), actor="mlp")
+        self.layers = list(self.trunk.linears) + [self.head]
+        self.hyper = HyperNetwork(spec, net_cfg, [(lin.in_features, lin.out_features) for lin in self.layers],
+                                  full=False, hidden_units=[])
+        self.hyper_lr = c.hyper_lr
+
+    def optimizer_groups(self, lr: float) -> list[dict]:
+        hyper = set(id(p) for p in self.hyper.parameters())
+        return [{"params": [p for p in self.parameters() if id(p) not in hyper], "lr": lr, "name": "critic_base"},
+                {"params": list(self.hyper.parameters()), "lr": self.hyper_lr, "name": "critic_hypernetwork"}]
+
+    def forward(self, obs, state, hidden=None, reset=None, sequence=False, active=None):
+        from hypermappo.models.hyper import HyperActor
+
+        x = critic_input(self.mode, obs, state)  # [..., N, C]
+        if self.death_masked and active is not None:  # dead agents: zero input except their id, as Critic
+            x = death_mask(self.mode, x, active)
+        t = self.trunk
+        if t.feature_norm is not None:
+            x = t.feature_norm(x)
+        n = x.shape[-2]
+        gens, _, _ = self.hyper(x.new_zeros(1, n, 1))  # per-agent tensors [1, N, ...]
+        gens = [{k: v[0] for k, v in g.items()} for g in gens]
+        lead = x.shape[:-2]
+        x = x.reshape(-1, n, x.shape[-1]).transpose(0, 1).contiguous()  # [N, B, C]
+        for lin, norm, gen in zip(t.linears, t.norms, gens):
+            x = HyperActor._agent_major_norm(norm, t.act(HyperActor._agent_major_layer(lin, x, gen)))
+        values = HyperActor._agent_major_layer(self.head, x, gens[-1])  # [N, B, 1]
+        return values.squeeze(-1).transpose(0, 1).reshape(*lead, n), None
+
+
+def build_critic(spec, cfg) -> Critic:
+    """The critic `critic.arch` names."""
+    return HyperCritic(spec, cfg) if cfg.critic.arch == "hyper" else Critic(spec, cfg)

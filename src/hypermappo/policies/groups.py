@@ -327,7 +327,7 @@ class Learner:
         from hypermappo.diagnostics import Diagnostics, LiveComponentAudit
         from hypermappo.experiment import action_layout
         from hypermappo.models.actor import build_actor
-        from hypermappo.models.critic import Critic
+        from hypermappo.models.critic import build_critic
         from hypermappo.models.distributions import params_size
         from hypermappo.storage.rollout import RolloutBuffer
 
@@ -346,7 +346,7 @@ class Learner:
         if self.off_policy:
             self._build_maddpg(cfg, spec, num_envs, device, batch_seed)
             return
-        self.critic = Critic(spec, cfg).to(device)
+        self.critic = build_critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
         self.algo = MAPPO(self.actor, self.critic, cfg)
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
@@ -395,6 +395,7 @@ class Learner:
         self.store_dist_params = self.store_prev_obs = False
         self.diagnostics = Diagnostics(self.actor, cfg, spec)  # never run (its state is checkpointed as for MAPPO)
         self.audit = None
+        self.acting_actor = self.actor  # what acts in evaluation (no co-player model with MADDPG: config refuses it)
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0
 
