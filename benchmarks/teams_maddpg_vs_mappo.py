@@ -70,6 +70,9 @@ def main(argv=None) -> int:
                          + f" | {np.mean([r['wall_s'] for r in rs]):.0f} | {np.mean([r['train_sps'] for r in rs]):,.0f} |")
     md = "\n".join([f"# {args.env}: per-team returns, MADDPG vs MAPPO ({len(args.seeds.split(','))} seed(s), "
                     f"{args.steps:,} env steps, E={args.num_envs})", "", *lines, "",
+                    f"Both teams of a run use the same algorithm (each team's return is against the other team trained "
+                    f"by the same algorithm, not a cross-play). eval return: the final deterministic evaluation "
+                    f"({args.eval_episodes} episodes), mean ± std over seeds; {args.threads} torch thread(s).", "",
                     f"Reproduce: `python benchmarks/teams_maddpg_vs_mappo.py --env {args.env} --steps {args.steps} "
                     f"--seeds {args.seeds}`"])
     print(md)
