@@ -39,7 +39,7 @@ import torch
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.staghunt import _GOLDEN32, _MASK32, _MOVES, _check_float, _check_int, _hash32
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv, load_tensor_state, save_tensor_state
 from hypermappo.errors import UserError
 
 GOAL_NAMES = ("own_coin", "other_coin")
@@ -213,21 +213,10 @@ class CoinGameVecEnv(VecEnv):
     _STATE_KEYS = ("players", "coins", "coin_colour", "t", "own_coins", "other_coins", "rng_key", "rng_counter")
 
     def get_state(self) -> dict:
-        state = {k: getattr(self, k).clone() for k in self._STATE_KEYS}
-        state["tracker"] = self.tracker.state_dict()
-        state["seeded"] = self._seeded
-        return state
+        return save_tensor_state(self, self._STATE_KEYS)
 
     def set_state(self, state: dict) -> None:
-        for k in self._STATE_KEYS:
-            value = torch.as_tensor(state[k])
-            current = getattr(self, k)
-            if value.shape != current.shape:
-                raise UserError(f"coingame: set_state got {k} of shape {tuple(value.shape)}; "
-                                f"expected {tuple(current.shape)}")
-            setattr(self, k, value.to(device=self.device, dtype=current.dtype).clone())
-        self.tracker.load_state_dict(state["tracker"])
-        self._seeded = bool(state.get("seeded", True))
+        load_tensor_state(self, self._STATE_KEYS, state, "coingame")
 
     def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(obs, state) of the current positions, e.g. after set_state."""

@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv, load_tensor_state, save_tensor_state
 from hypermappo.errors import UserError
 
 _MASK32 = 0xFFFFFFFF
@@ -384,21 +384,10 @@ class StagHuntVecEnv(VecEnv):
 
     def get_state(self) -> dict:
         """Positions (`prey` holds stags first, then hares), counters, random streams and tracker."""
-        state = {k: getattr(self, k).clone() for k in self._STATE_KEYS}
-        state["tracker"] = self.tracker.state_dict()
-        state["seeded"] = self._seeded
-        return state
+        return save_tensor_state(self, self._STATE_KEYS)
 
     def set_state(self, state: dict) -> None:
-        for k in self._STATE_KEYS:
-            value = torch.as_tensor(state[k])
-            current = getattr(self, k)
-            if value.shape != current.shape:
-                raise UserError(f"staghunt: set_state got {k} of shape {tuple(value.shape)}; "
-                                f"expected {tuple(current.shape)}")
-            setattr(self, k, value.to(device=self.device, dtype=current.dtype).clone())
-        self.tracker.load_state_dict(state["tracker"])
-        self._seeded = bool(state.get("seeded", True))
+        load_tensor_state(self, self._STATE_KEYS, state, "staghunt")
 
     def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(obs, state) of the current positions, e.g. after set_state."""

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, fields
 import gymnasium as gym
 import torch
 
+from hypermappo.errors import UserError
+
 
 @dataclass
 class EnvSpec:
@@ -144,3 +146,24 @@ class VecEnv:
 
     def close(self) -> None:
         pass
+
+
+def save_tensor_state(env, keys: tuple[str, ...]) -> dict:
+    """get_state of a batched env whose exact state is the tensors named `keys` plus its EpisodeTracker."""
+    state = {k: getattr(env, k).clone() for k in keys}
+    state["tracker"] = env.tracker.state_dict()
+    state["seeded"] = env._seeded
+    return state
+
+
+def load_tensor_state(env, keys: tuple[str, ...], state: dict, env_name: str) -> None:
+    """set_state counterpart of `save_tensor_state`: shapes are checked (a one-line UserError names the tensor)."""
+    for k in keys:
+        value = torch.as_tensor(state[k])
+        current = getattr(env, k)
+        if value.shape != current.shape:
+            raise UserError(f"{env_name}: set_state got {k} of shape {tuple(value.shape)}; "
+                            f"expected {tuple(current.shape)}")
+        setattr(env, k, value.to(device=env.device, dtype=current.dtype).clone())
+    env.tracker.load_state_dict(state["tracker"])
+    env._seeded = bool(state.get("seeded", True))
