@@ -14,6 +14,7 @@ adapters run at smaller E and their per-env-step rate is compared):
 
     python benchmarks/env_throughput.py --envs mpe_suite --num-envs 1,64,1024 --adapter-num-envs 1,64 \
         --name env_throughput_mpe_suite
+    python benchmarks/env_throughput.py --envs mpe_comm --num-envs 1,64,1024 --name env_throughput_comm
 
 `--threads` defaults to 1: on a 2-core machine shared with other processes, 2 torch threads made every
 parallelised op wait for a descheduled thread (torch.min over a [64, 3] tensor: 8 ms instead of 8 us), and
@@ -48,7 +49,11 @@ REQUIRED_SPEEDUP = 20.0
 MPE_SUITE = {"mpe:simple": "mpe2:simple_v3", "mpe:simple_adversary": "mpe2:simple_adversary_v3",
              "mpe:simple_push": "mpe2:simple_push_v3", "mpe:simple_tag": "mpe2:simple_tag_v3",
              "mpe:simple_world_comm": "mpe2:simple_world_comm_v3"}
+# the communication scenarios (the same >= 100x requirement); `mpe_comm` in --envs
+MPE_COMM = {"mpe:simple_speaker_listener": "mpe2:simple_speaker_listener_v4",
+            "mpe:simple_reference": "mpe2:simple_reference_v3", "mpe:simple_crypto": "mpe2:simple_crypto_v3"}
 MPE_SUITE_ENVS = ",".join(f"{k},{v}" for k, v in MPE_SUITE.items())
+MPE_COMM_ENVS = ",".join(f"{k},{v}" for k, v in MPE_COMM.items())
 SUITE_REQUIRED_SPEEDUP = 100.0
 
 
@@ -137,7 +142,7 @@ def suite_speedups(rows: list[dict]) -> list[dict]:
     """Each MPE-suite scenario at its largest E vs its mpe2 adapter's best per-env-step rate (any E measured)."""
     ok = [r for r in rows if "skipped" not in r]
     out = []
-    for name, adapter_name in MPE_SUITE.items():
+    for name, adapter_name in {**MPE_SUITE, **MPE_COMM}.items():
         mine = [r for r in ok if r["env"] == name]
         adapter = [r for r in ok if r["env"] == adapter_name]
         if mine and adapter:
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", default=DEFAULT_ENVS,
-                   help=f"comma-separated env strings; `mpe_suite` = {MPE_SUITE_ENVS}")
+                   help=f"comma-separated env strings; `mpe_suite` = {MPE_SUITE_ENVS}; `mpe_comm` = {MPE_COMM_ENVS}")
     p.add_argument("--num-envs", default="1,64,1024", help="comma-separated E values")
     p.add_argument("--steps", type=int, default=200, help="timed steps per (env, E)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (JAX compiles during reset)")
@@ -215,7 +220,8 @@ def main(argv: list[str] | None = None) -> None:
             "command": " ".join(["python", "benchmarks/env_throughput.py", *argv])}
     rows = []
     names = [s.strip() for s in args.envs.split(",") if s.strip()]
-    names = [n for name in names for n in (MPE_SUITE_ENVS.split(",") if name == "mpe_suite" else [name])]
+    groups = {"mpe_suite": MPE_SUITE_ENVS.split(","), "mpe_comm": MPE_COMM_ENVS.split(",")}
+    names = [n for name in names for n in groups.get(name, [name])]
     for name in names:
         slow = name.partition(":")[0] in SLOW_PREFIXES
         sizes = args.adapter_num_envs if slow and args.adapter_num_envs else args.num_envs
