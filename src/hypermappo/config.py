@@ -70,8 +70,11 @@ class PPOConfig:
                               choices=["samples", "agents"])
     data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
-    compile: bool = opt(False, "torch.compile the loss (forward + backward): ~8-15% faster updates on a 2-core "
-                               "CPU after 20-60 s of compiling; float-level differences only")
+    compile: str = opt("auto", "compiled training step (torch.compile): collection's policy forward and the whole "
+                               "PPO update (loss, backward, clipping, Adam) as static-shape graphs, compiled during the "
+                               "first update and cached; auto = on for runs of >= 1M env steps whose actor and critic "
+                               "compile without graph breaks (the run header says which and why); float-level "
+                               "differences from eager", choices=["auto", "on", "off"])
 
 
 @dataclass

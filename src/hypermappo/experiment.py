@@ -267,6 +267,11 @@ class Experiment:
             config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
             self._warm_start()
         self.summary_extra.update(self.actor.describe())  # this machine's, also on resume
+        # ppo.compile (compiled.py): one line per distinct decision, for the run header and summary.json
+        self.compile_notes = list(dict.fromkeys(g.learner.compile_note for g in self.groups if g.learner))
+        self.compiled = any(g.learner.compiled for g in self.groups if g.learner)
+        self.summary_extra["compile"] = "; ".join(self.compile_notes)
+        self.first_update_s: list[float] = []  # wall time of this process's first two updates (compile time)
         self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,
                                 config_mod.to_dict(cfg), resume_rows=self.resume_rows)
@@ -426,23 +431,22 @@ class Experiment:
             actor_obs = L.coplayer.act(t, obs, L.reset_mask, partners)
         else:
             actor_obs = obs
-        out = L.actor(actor_obs, available, L.actor_h, L.reset_mask, active=active)
-        actions = out.dist.sample()  # [E, K, ...]
-        values, critic_h = L.critic(obs, s.state, L.critic_h, L.reset_mask, active=active)  # [E, K]
+        actions, logp, dist_params, actor_h, values, critic_h = L.policy_step(  # compiled with ppo.compile
+            actor_obs, available, L.actor_h, L.reset_mask, active, obs, s.state, L.critic_h)
         L.buffer.insert(t, obs=actor_obs, state=s.state, available=available, active=active,
-                        reset=L.reset_mask, actions=actions, logp=out.dist.log_prob(actions), values=values,
-                        dist_params=out.dist.params() if L.store_dist_params else None,
+                        reset=L.reset_mask, actions=actions, logp=logp, values=values, dist_params=dist_params,
                         actor_h=L.actor_h, critic_h=L.critic_h,
                         prev_obs=L.prev_obs if L.store_prev_obs else None)
         L.prev_obs = actor_obs
-        return actions, (out, critic_h, active)
+        return actions, (actor_h, critic_h, active)
 
-    def _learner_observe(self, g, nxt: EnvStep, truncated: bool, t: int, out, critic_h, active) -> None:
+    def _learner_observe(self, g, nxt: EnvStep, truncated: bool, t: int, carried, critic_h, active) -> None:
         """The group's own agents' rewards and ends of the step just taken -> its buffer (`truncated`: some env
-        hit its time limit and some learner bootstraps)."""
+        hit its time limit and some learner bootstraps; `carried`: the actor's next hidden state, or the
+        off-policy learner's transition row)."""
         L = g.learner
         if L.off_policy:
-            self._replay_push(g, nxt, out)
+            self._replay_push(g, nxt, carried)
             return
         reward, dones = transition_targets(L.death, g.take(nxt.reward), g.take(nxt.done), active,
                                            nxt.terminated | nxt.truncated)  # [E, K] each
@@ -454,7 +458,7 @@ class Experiment:
             reward = reward + L.cfg.ppo.gamma * L.algo.value_norm.denormalize(v_final) * alive
         L.buffer.insert(t, rewards=reward, dones=dones)
         L.reset_mask = dones
-        L.actor_h, L.critic_h = out.hidden, critic_h
+        L.actor_h, L.critic_h = carried, critic_h
 
     def _replay_push(self, g, nxt: EnvStep, row: dict) -> None:
         """One transition per env into an off-policy learner's replay buffer: the next observation is the final
@@ -654,6 +658,8 @@ class Experiment:
                         diag.update(self._prefix(g, L.diagnostics.after_update(L.buffer, L.algo.recurrent)))
             diag_s = (t_update - t1) + (time.perf_counter() - t2)  # diagnostics, excluded from train_sps
             self.update += 1
+            if self.compiled and len(self.first_update_s) < 2:
+                self._note_compile_time(t2 - t0)
             for g in learning:
                 self._audit(g, group_losses[g.name])
             row = {"update": self.update, "env_steps": self.env_steps, **ep,
@@ -685,6 +691,18 @@ class Experiment:
         self.env.close()
         self.run_lock.release()
         return summary
+
+    def _note_compile_time(self, update_s: float) -> None:
+        """Compiling happens inside this process's first update: its excess over the second is the compile time
+        (summary.json `compile_s`; it is in `wall_s`, and the harness excludes it from env-steps/s)."""
+        self.first_update_s.append(update_s)
+        if len(self.first_update_s) == 2:
+            first, second = self.first_update_s
+            self.summary_extra["compile_s"] = round(max(0.0, first - second), 2)
+            if not self.quiet:
+                self._end_progress_line()
+                print(f"compile: {self.summary_extra['compile_s']:.1f} s (first update {first:.1f} s, the next "
+                      f"{second:.2f} s)", file=sys.stderr, flush=True)
 
     def _audit(self, group, losses: dict) -> None:
         """Live-component audit of a learner group (after its own first updates): stop the run if an enabled

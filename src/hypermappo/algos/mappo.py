@@ -39,7 +39,7 @@ def grad_norm(params, max_norm: float) -> torch.Tensor:
 
 
 class MAPPO:
-    def __init__(self, actor: nn.Module, critic: nn.Module, cfg):
+    def __init__(self, actor: nn.Module, critic: nn.Module, cfg, compiled: bool = False):
         self.actor, self.critic, self.cfg = actor, critic, cfg
         p = cfg.ppo
         # foreach: one kernel per step for all tensors instead of a Python loop (same values on CPU)
@@ -55,8 +55,16 @@ class MAPPO:
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
         # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
         self.after_backward = None
-        # ppo.compile: forward and backward of the loss compiled (fused elementwise kernels), same maths
-        self._loss = torch.compile(self.loss, dynamic=False) if p.compile else self.loss
+        # ppo.compile (compiled.py): loss forward + backward, clipping and the Adam steps as graphs, same maths.
+        # A float learning rate is a constant of the Adam graph, so with ppo.lr_decay the step stays eager
+        self.compiled = compiled
+        self._loss, self._clip, self._step = self.loss, self.clip_gradients, self.optimizer_step
+        if compiled:
+            from hypermappo.compiled import compile_fn
+
+            self._loss, self._clip = compile_fn(self.loss), compile_fn(self.clip_gradients)
+            if not p.lr_decay:
+                self._step = compile_fn(self.optimizer_step)
 
     # ------------------------------------------------------------------ returns
 
@@ -149,13 +157,11 @@ class MAPPO:
                 (actor_loss + p.value_coef * value_loss).backward()
                 if self.after_backward is not None:
                     self.after_backward()
-                stats["grad_norm_actor"] = grad_norm(self.actor.parameters(), p.max_grad_norm)
-                stats["grad_norm_critic"] = grad_norm(self.critic.parameters(), p.max_grad_norm)
+                stats["grad_norm_actor"], stats["grad_norm_critic"] = self._clip()
                 checked = (actor_loss.detach(), value_loss.detach(), stats["grad_norm_actor"], stats["grad_norm_critic"])
                 if not torch.isfinite(torch.stack([x.to(actor_loss.device) for x in checked])).all():  # one sync
                     raise NonFiniteError(f"{nonfinite_term(stats)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
-                self.actor_opt.step()
-                self.critic_opt.step()
+                self._step()
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v.detach()
                 n += 1
@@ -164,6 +170,15 @@ class MAPPO:
         metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
                                                            buf.active)
         return metrics
+
+    def clip_gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clip actor and critic gradients to ppo.max_grad_norm each; their norms before clipping."""
+        max_norm = self.cfg.ppo.max_grad_norm
+        return grad_norm(self.actor.parameters(), max_norm), grad_norm(self.critic.parameters(), max_norm)
+
+    def optimizer_step(self) -> None:
+        self.actor_opt.step()
+        self.critic_opt.step()
 
     # ------------------------------------------------------------------ state
 

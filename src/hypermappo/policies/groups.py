@@ -39,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from hypermappo.compiled import compile_fn, prefer_dense_attention
+from hypermappo.compiled import decide as decide_compile
 from hypermappo.errors import UserError
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
@@ -348,7 +350,12 @@ class Learner:
             return
         self.critic = build_critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
-        self.algo = MAPPO(self.actor, self.critic, cfg)
+        # ppo.compile (compiled.py): the policy step below and the PPO update as graphs, where they can be
+        self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))
+        if self.compiled:
+            prefer_dense_attention(self.actor)
+        self.policy_step = compile_fn(self.policy_forward) if self.compiled else self.policy_forward
+        self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
         if self.algo.recurrent and T % L:
             raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
@@ -377,6 +384,15 @@ class Learner:
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0  # its own updates (a group switched to learner later starts at 0; the audit counts these)
 
+    def policy_forward(self, actor_obs, available, actor_h, reset, active, obs, state, critic_h):
+        """Collection's forward for one step: sampled actions, their log-probs, the behaviour policy's parameters
+        (when stored), the actor's next hidden state, values and the critic's next hidden state."""
+        out = self.actor(actor_obs, available, actor_h, reset, active=active)
+        actions = out.dist.sample()  # [E, K, ...]
+        params = out.dist.params() if self.store_dist_params else None
+        values, critic_h = self.critic(obs, state, critic_h, reset, active=active)  # [E, K]
+        return actions, out.dist.log_prob(actions), params, out.hidden, values, critic_h
+
     def _build_maddpg(self, cfg, spec, num_envs: int, device, batch_seed: int) -> None:
         """MADDPG's learner: Q critic, target networks, replay buffer; no diagnostics or audit (MAPPO-only)."""
         from hypermappo.algos.maddpg import MADDPG, QCritic
@@ -395,6 +411,7 @@ class Learner:
         self.store_dist_params = self.store_prev_obs = False
         self.diagnostics = Diagnostics(self.actor, cfg, spec)  # never run (its state is checkpointed as for MAPPO)
         self.audit = None
+        self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))  # off, or a one-line error
         self.acting_actor = self.actor  # what acts in evaluation (no co-player model with MADDPG: config refuses it)
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0

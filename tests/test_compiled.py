@@ -1,0 +1,192 @@
+"""ppo.compile: which runs take the compiled path, that its hot functions trace without graph breaks, and that a
+compiled run is the eager run (same seed: same samples, losses and weights to float tolerance) and resumes exactly.
+
+The equality tests compile with Inductor (tens of seconds from a cold cache, a few from a warm one)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hypermappo import config as config_mod
+from hypermappo.cli import main
+from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
+from hypermappo.errors import UserError
+from hypermappo.experiment import Experiment
+
+needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
+CPU = torch.device("cpu")
+TINY = ["num_envs=4", "rollout_length=10", "model.hidden_sizes=[16,16]", "eval_episodes=4", "log.tensorboard=false",
+        "log.progress=false", "diagnostics.every=2", "diagnostics.audit_updates=1"]
+LEAN_OBS = ["hyper.context=[obs]", "hyper.layers=last", "hyper.obs_embed_dim=16", "hyper.hidden=16", "hyper.rank=1"]
+ACTORS = {  # the default actors of the compiled path
+    "mlp": ["actor=mlp"],
+    "hyper-id": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],
+    "hyper-obs-last": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
+    "mlp-hyper-critic": ["actor=mlp", "critic.arch=hyper", "critic.hyper_hidden=16"],
+}
+
+
+def cfg_of(preset: str, overrides: list[str]):
+    return config_mod.build_config(preset, [*TINY, *overrides])
+
+
+# ------------------------------------------------------------------ which runs compile
+
+
+def test_auto_compiles_long_feed_forward_runs_only_and_says_why():
+    on, line = decide(cfg_of("staghunt/default", [f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
+    assert on == (cxx_compiler() is not None) and line.startswith("compile: on (auto: 1,000,000 env steps")
+    off, line = decide(cfg_of("staghunt/default", ["total_env_steps=999999"]), CPU)
+    assert not off and "999,999 env steps < 1,000,000" in line
+    off, line = decide(cfg_of("staghunt/default", ["actor=rnn", f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
+    assert not off and line == "compile: off (auto: a recurrent actor (its GRU steps break the graph))"
+    off, line = decide(cfg_of("staghunt/default", ["ppo.compile=off", "total_env_steps=10000000"]), CPU)
+    assert not off and line == "compile: off (ppo.compile=off)"
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (["actor=rnn"], "a recurrent actor"),
+    (["actor=hyper", "hyper.context=[obs]", "hyper.output=accumulate", "ppo.data_chunk_length=5"],
+     "hyper.output=accumulate"),
+    (["actor=hyper", "hyper.context=[obs]", "hyper.attention_kernel=fused"], "hyper.attention_kernel=fused"),
+])
+def test_compile_on_that_cannot_be_honoured_is_a_one_line_error(overrides, reason):
+    with pytest.raises(UserError, match=rf"ppo.compile: 'on' cannot be honoured: {reason}.*use ppo.compile=auto"):
+        decide(cfg_of("staghunt/default", ["ppo.compile=on", *overrides]), CPU)
+
+
+def test_compile_on_with_maddpg_is_a_one_line_error():
+    with pytest.raises(UserError, match=r"ppo.compile='on' has no effect: algo=maddpg"):
+        config_mod.build_config(None, ["env=mpe:simple_spread", "algo=maddpg", "ppo.compile=on"])
+
+
+def test_compile_value_is_checked():
+    with pytest.raises(UserError, match="ppo.compile"):
+        config_mod.build_config("staghunt/default", ["ppo.compile=yes"])
+
+
+# ------------------------------------------------------------------ no graph breaks on the hot path
+
+
+@pytest.mark.parametrize("actor", list(ACTORS))
+def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
+    """What torch.compile captures per collection step and per mini-batch is one graph each (explain traces with
+    Dynamo only; nothing is compiled). The Adam step: one graph per optimiser, between the two graph breaks that
+    torch.optim's step wrapper inserts on purpose around its no-grad region."""
+    env = "mpe/simple_spread" if actor.startswith("mlp") else "staghunt/default"
+    exp = Experiment(cfg_of(env, ["ppo.compile=on", "total_env_steps=80", *ACTORS[actor]]), tmp_path / "r", quiet=True)
+    L = exp.primary
+    assert L.compiled
+    exp._start_episodes()
+    s = exp.last
+    policy = torch._dynamo.explain(L.policy_forward)(s.obs, s.available_actions, None, None, s.active, s.obs,
+                                                     s.state, None)
+    assert (policy.graph_count, policy.graph_break_count) == (1, 0), policy.break_reasons
+    exp.collect()
+    batch = next(iter(L.buffer.minibatches(1, L.batch_generator, "samples")))
+    loss = torch._dynamo.explain(L.algo.loss)(batch, torch.zeros(()), torch.ones(()))
+    assert (loss.graph_count, loss.graph_break_count) == (1, 0), loss.break_reasons
+    actor_loss, value_loss, _ = L.algo.loss(batch, torch.zeros(()), torch.ones(()))
+    (actor_loss + value_loss).backward()
+    clip = torch._dynamo.explain(L.algo.clip_gradients)()
+    assert (clip.graph_count, clip.graph_break_count) == (1, 0), clip.break_reasons
+    L.algo.optimizer_step()  # Adam's state exists from here on, as in every update after the first
+    step = torch._dynamo.explain(L.algo.optimizer_step)()
+    assert step.graph_count == 2, step.break_reasons
+    if actor == "hyper-obs-last":  # the fused C kernel would be a call outside the graph
+        assert exp.summary_extra.get("attention_kernel") == "dense (compiled path)"
+    exp.logger.close()
+
+
+# ------------------------------------------------------------------ same maths, exact resume
+
+
+def rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return [{k: v for k, v in r.items() if not k.endswith(("_s", "sps"))} for r in csv.DictReader(f)]
+
+
+@needs_cxx
+@pytest.mark.parametrize("actor", ["mlp", "hyper-id"])
+def test_compiled_run_equals_the_eager_run(tmp_path, actor):
+    """Same seed, 4 updates of 2 mini-batches: the sampled episodes, every logged loss and statistic, the
+    evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
+    runs, graphs = {}, {}
+    for mode in ("off", "on"):
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", "ppo.num_mini_batch=2",
+                                          "checkpoint_interval=4", *ACTORS[actor]])
+        exp = Experiment(cfg, tmp_path / mode, quiet=True)
+        assert exp.primary.compiled == (mode == "on")
+        summary = exp.run()
+        graphs[mode] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+        runs[mode] = (rows(tmp_path / mode), summary,
+                      torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
+    (eager_rows, eager_summary, eager_ckpt), (comp_rows, comp_summary, comp_ckpt) = runs["off"], runs["on"]
+    assert len(eager_rows) == len(comp_rows) == 4
+    # compiled: the policy step, the loss, the clipping and one Adam graph per optimiser; eager: none
+    assert graphs == {"off": 0, "on": 5}, graphs
+    for e, c in zip(eager_rows, comp_rows):
+        assert e.keys() == c.keys()
+        for k in e:
+            if e[k] in ("", "nan") or c[k] in ("", "nan"):
+                assert e[k] == c[k], k
+                continue
+            assert float(c[k]) == pytest.approx(float(e[k]), rel=1e-3, abs=1e-4), (k, e["update"])
+    assert comp_summary["eval_return_mean"] == pytest.approx(eager_summary["eval_return_mean"], abs=1e-4)
+    for name, w in eager_ckpt["actor"].items():
+        torch.testing.assert_close(comp_ckpt["actor"][name], w, rtol=1e-4, atol=1e-5, msg=name)
+    assert "compile_s" in comp_summary and comp_summary["compile_s"] >= 0
+    assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
+    assert "compile_s" not in eager_summary
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_update_clips_each_network_and_steps_both(tmp_path, mode):
+    """The factored-out clipping and optimiser step (compiled with ppo.compile): pre-clip norms reported, both
+    networks' gradients clipped to ppo.max_grad_norm, both networks moved by the step."""
+    if mode == "on" and cxx_compiler() is None:
+        pytest.skip("no C++ compiler for Inductor's CPU backend")
+    exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=40", "ppo.max_grad_norm=0.001",
+                                                 "ppo.ppo_epoch=1", "ppo.num_mini_batch=1"]), tmp_path / "r", quiet=True)
+    L = exp.primary
+    exp._start_episodes()
+    exp.collect()
+    before = {n: [p.detach().clone() for p in m.parameters()] for n, m in (("actor", L.actor), ("critic", L.critic))}
+    grads = {}
+    L.algo.after_backward = lambda: None
+    orig_step = L.algo._step
+
+    def step_and_look():
+        for n, m in (("actor", L.actor), ("critic", L.critic)):
+            grads[n] = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in m.parameters() if p.grad is not None]))
+        orig_step()
+    L.algo._step = step_and_look
+    metrics = L.algo.update(L.buffer, L.batch_generator)
+    for n in ("actor", "critic"):
+        assert metrics[f"grad_norm_{n}"] > 0.01, n  # the pre-clip norm, well above the limit
+        assert float(grads[n]) == pytest.approx(0.001, rel=1e-3), n  # clipped to it
+        moved = [not torch.equal(a, b) for a, b in zip(before[n], (p.detach() for p in getattr(L, n).parameters()))]
+        assert any(moved), f"{n} not stepped"
+    exp.logger.close()
+
+
+@needs_cxx
+def test_compiled_run_resumes_exactly(tmp_path):
+    from test_resume import resume_matches_uninterrupted
+
+    resume_matches_uninterrupted(tmp_path, "staghunt/default", ["model.hidden_sizes=[16,16]", "ppo.compile=on"])
+
+
+def test_run_header_says_whether_and_why_it_compiles(tmp_path, capsys):
+    assert main(["train", "staghunt/default", "total_env_steps=40", "num_envs=4", "rollout_length=10",
+                 "log.tensorboard=false", f"run_dir={tmp_path / 'r'}", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "compile: off (auto: 40 env steps < 1,000,000, too short to pay back compiling" in out
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["compile"].startswith("compile: off (auto: 40 env steps")
