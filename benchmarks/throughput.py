@@ -49,6 +49,9 @@ LEAN_OBS = ["hyper.obs_embed_dim=16", "hyper.hidden=16", "hyper.rank=1"]
 # MAPPO reference hyperparameters; diagnostics off (the +diag row turns them back on)
 BASE = ["rollout_length=25", "ppo.ppo_epoch=10", "ppo.num_mini_batch=1", "model.hidden_sizes=[64,64]",
         "diagnostics.every=0", "diagnostics.audit_updates=0", "log.tensorboard=false", "log.progress=false"]
+# rows are eager (ppo.compile=auto stays off at the default 100k env steps; each row records `compiled`) unless
+# they say ppo.compile=on: issue 17's compiled rows at the main point and at JaxMARL's settings
+COMPILED = ["ppo.compile=on"]
 DEFAULT_DIAG = ["diagnostics.every=1", "diagnostics.audit_updates=3"]
 VARIANTS = {
     "mappo": ["algo=mappo", "actor=mlp"],
@@ -115,9 +118,12 @@ MADDPG_CONTINUOUS = ("maddpg-continuous", "vmas:simple_spread", [16, 128])
 
 def case(variant: str, env: str, num_envs: int, threads: int, overrides: list[str], note: str = "",
          diag: bool = False) -> dict:
+    """A row; its overrides replace BASE's value of the same key (e.g. JaxMARL's rollout_length, ppo.compile=on)."""
+    extra = [*overrides, *(DEFAULT_DIAG if diag else [])]
+    given = {o.split("=", 1)[0] for o in extra}
+    base = [o for o in BASE if o.split("=", 1)[0] not in given]
     return {"variant": variant, "env": env, "num_envs": num_envs, "threads": threads, "diag": diag,
-            "overrides": [*BASE, *overrides, *(DEFAULT_DIAG if diag else [])], "note": note,
-            "key": f"{variant}/{env}/{num_envs}"}
+            "overrides": [*base, *extra], "note": note, "key": f"{variant}/{env}/{num_envs}"}
 
 
 def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
@@ -154,6 +160,17 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     cases.append(case("ippo-jaxmarl-noln", "mpe:simple_spread", 16, threads,
                       [*JAXMARL, "model.layer_norm=false", "model.feature_norm=false"],
                       note="as ippo-jaxmarl without LayerNorm (JaxMARL's network has none)"))
+    cases += compiled_cases(threads)
+    return cases
+
+
+def compiled_cases(threads: int) -> list[dict]:
+    """ppo.compile=on next to the eager rows of the same settings (compile time excluded from env-steps/s)."""
+    v, env, e = MAIN
+    cases = [case(f"{name}-compiled", env, e, threads, [*VARIANTS[name], *COMPILED], note="ppo.compile=on")
+             for name in ("mappo", "hyper-id", "hyper-obs-last")]
+    cases.append(case("ippo-jaxmarl-compiled", "mpe:simple_spread", 16, threads, [*JAXMARL, *COMPILED],
+                      note="as ippo-jaxmarl, ppo.compile=on"))
     return cases
 
 
@@ -216,8 +233,11 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
                                   *c["overrides"], f"run_dir={tmp}/run"])
         exp = Experiment(cfg, quiet=True)
         exp._start_episodes()
+        warm_s = []  # ppo.compile: compiling happens in the first of these
         for _ in range(warmup):
+            w0 = time.perf_counter()
             train_iteration(exp)
+            warm_s.append(time.perf_counter() - w0)
         setup_s = time.perf_counter() - t0
         collect, update, diag, floor = [], [], [], []
         cpu_e2e, cpu_floor = [], []
@@ -253,7 +273,11 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
         "train_sps_excl_diag": steps / med([a + b for a, b in zip(collect, update)]),
         "e2e_over_floor": med(e2e) / med(floor), "cpu_e2e_s": med(cpu_e2e), "cpu_floor_s": med(cpu_floor),
         "cpu_sps": steps / med(cpu_e2e), "cpu_e2e_over_floor": med(cpu_e2e) / med(cpu_floor),
-        "peak_rss_mb": peak_rss_mb(), "rss_after_imports_mb": rss_imports,
+        "peak_rss_mb": peak_rss_mb(), "rss_after_imports_mb": rss_imports, "compiled": exp.compiled,
+        # compile time = the first update's excess over a steady one (excluded from e2e_sps, as JaxMARL's figures
+        # exclude jit); sps_incl_compile = env steps of every update run / their wall time, compile included
+        "compile_s": max(0.0, warm_s[0] - med(e2e)) if warm_s else None,
+        "sps_incl_compile": steps * (len(warm_s) + len(e2e)) / (sum(warm_s) + sum(e2e)),
         "all_e2e_s": e2e, "all_floor_s": floor, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
     }
 
@@ -421,6 +445,12 @@ def markdown(rows: list[dict], meta: dict, must: list[dict], baseline: dict | No
         lines += ["", (f"Diagnostics cost ({r['key']}): {fmt(r['e2e_sps'])} env-steps/s with them vs "
                       f"{fmt(r['train_sps_excl_diag'])} without their time (the `train_sps` column of metrics.csv "
                       f"excludes it); {1e3 * r['diag_s']:,.0f} ms per update.")]
+    compiled = [r for r in rows if r.get("compiled") and "skipped" not in r]
+    if compiled:
+        lines += ["", "Compiled rows (ppo.compile=on): compile time (the first update's excess over a steady one; "
+                      "excluded from env-steps/s) and env-steps/s over every update the row ran, compile included: "
+                  + "; ".join(f"{r['variant']} {r['compile_s']:.1f} s, {fmt(r['sps_incl_compile'])}" for r in compiled)
+                  + "."]
     jax = [r for r in rows if r["variant"].startswith("ippo-jaxmarl") and "skipped" not in r]
     for r in jax:
         lines += ["", (f"{r['variant']}: {fmt(r['e2e_sps'])} env-steps/s = {r['e2e_sps'] / JAXMARL_SPS:.2f}x "

@@ -48,6 +48,7 @@ from hypermappo.algos.death import bootstrap_mask, transition_targets
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
+from hypermappo.compiled import compile_fn
 from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
@@ -270,6 +271,8 @@ class Experiment:
         # ppo.compile (compiled.py): one line per distinct decision, for the run header and summary.json
         self.compile_notes = list(dict.fromkeys(g.learner.compile_note for g in self.groups if g.learner))
         self.compiled = any(g.learner.compiled for g in self.groups if g.learner)
+        if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
+            self.env.compile_step(compile_fn)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
         self.first_update_s: list[float] = []  # wall time of this process's first two updates (compile time)
         self.summary_extra["death"] = self.death

@@ -206,17 +206,26 @@ class SimpleSpreadVecEnv(VecEnv):
         obs, _, _ = self._observe()
         return self._start_step(obs)
 
-    def step(self, actions: torch.Tensor) -> EnvStep:
+    def _advance(self, actions: torch.Tensor):
+        """The branch-free part of a step (physics, observations, rewards, time limit, episode stats): one graph
+        when compiled (`compile_step`)."""
         N = self.n_agents
         force = self._contact_force().add_(self._action_force(actions))  # [N, 2, E], mass 1
         self._pos[:N].add_(self._vel, alpha=DT)  # mpe2 moves with the old velocity first
         self._vel.mul_(1.0 - DAMPING).add_(force, alpha=DT)
         final_obs, landmark_dist, other_dist = self._observe()
         reward = self._reward(landmark_dist, other_dist)  # [E, N]
-
         self.t += 1
         truncated = self.t >= self.max_cycles  # [E]
         ep_return, ep_length = self.tracker.update(reward, truncated)
+        return final_obs, reward, truncated, ep_return, ep_length
+
+    def compile_step(self, compile_fn) -> None:
+        self._advance = compile_fn(self._advance)
+
+    def step(self, actions: torch.Tensor) -> EnvStep:
+        N = self.n_agents
+        final_obs, reward, truncated, ep_return, ep_length = self._advance(actions)
         E = self.num_envs
         final_state = final_obs.reshape(E, -1).clone()  # [E, N * obs_dim]
         if truncated.any():  # auto-reset only the finished envs

@@ -144,6 +144,10 @@ class VecEnv:
     def set_state(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
 
+    def compile_step(self, compile_fn) -> None:
+        """ppo.compile: a batched torch env replaces the branch-free core of its step by `compile_fn(core)`;
+        others keep stepping eagerly."""
+
     def close(self) -> None:
         pass
 
