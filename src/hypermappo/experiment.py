@@ -45,10 +45,10 @@ import torch
 
 from hypermappo import config as config_mod
 from hypermappo.algos.death import bootstrap_mask, transition_targets
+from hypermappo.compiled import compile_fn
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
-from hypermappo.compiled import compile_fn
 from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
