@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TIMING = {"train_sps", "collect_s", "update_s", "diagnostics_s"}
+TIMING = {"train_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}
 RUN = ["staghunt/default", "env=staghunt", "seed=7", "total_env_steps=800", "num_envs=4", "rollout_length=10",
        "checkpoint_interval=3", "ppo.ppo_epoch=2", "eval_episodes=4", "torch_threads=1", "log.tensorboard=false"]
 UPDATES = 20  # 800 / (4 * 10)

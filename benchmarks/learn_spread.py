@@ -42,7 +42,9 @@ def run_one(algo: str, seed: int, args) -> dict:
                f"total_env_steps={args.steps}", f"num_envs={args.num_envs}", f"run_dir={run_dir}",
                f"eval_at_steps={','.join(str(m) for m in args.milestones)}", "eval_interval=0",
                f"eval_episodes={args.eval_episodes}", "checkpoint_interval=500", "log.tensorboard=false",
-               f"torch_threads={args.threads}", "--quiet"]
+               f"torch_threads={args.threads}",
+               "ppo.compile=off",  # the README's figures were measured eager (compiled runs differ at float level)
+               "--quiet"]
         t = time.time()
         subprocess.run(cmd, check=True, cwd=ROOT)
         print(f"[done] {algo} seed {seed} in {time.time() - t:.0f}s", flush=True)

@@ -44,7 +44,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
 
 # observation contexts as benchmarks/ablation.py runs them: 16-wide attention encoder and hypernetwork, rank-1
-# increments (the defaults, 64-wide and full rank, are the hyper-obs-last-wide row)
+# increments (since issue 17 also the config defaults for an obs context; the former defaults, 64-wide and full
+# rank, are the hyper-obs-last-wide row)
 LEAN_OBS = ["hyper.obs_embed_dim=16", "hyper.hidden=16", "hyper.rank=1"]
 # MAPPO reference hyperparameters; diagnostics off (the +diag row turns them back on)
 BASE = ["rollout_length=25", "ppo.ppo_epoch=10", "ppo.num_mini_batch=1", "model.hidden_sizes=[64,64]",
@@ -66,7 +67,8 @@ EXTRA_OBS = {
     "hyper-obs-last-1head": ([*OBS_LAST, *LEAN_OBS, "hyper.attention_heads=1", "hyper.mlp_layers=1"],
                              "single-head attention, one hypernetwork layer"),
     "hyper-obs-last-mean": ([*OBS_LAST, *LEAN_OBS, "hyper.obs_aggregation=mean"], "mean-pooled instead of attention"),
-    "hyper-obs-last-wide": (OBS_LAST, "64-wide, full rank, 4 heads, 2 layers: the config defaults"),
+    "hyper-obs-last-wide": ([*OBS_LAST, "hyper.obs_embed_dim=64", "hyper.hidden=64", "hyper.rank=0"],
+                            "64-wide, full rank, 4 heads, 2 layers: the config defaults before issue 17"),
 }
 # issue 18: accumulated increments (hyper.output=accumulate, a recurrent weight state trained on chunks; T=25 is one
 # chunk or five) against the same hypernetwork with increments and MAPPO, at the main point only. Full rank keeps the
@@ -85,7 +87,7 @@ EXTRA_ACCUMULATE = {
     "hyper-accum-obs-last": ([*OBS_LAST, *LEAN_OBS, *ACCUMULATE],
                              "accumulate, as hyper-obs-last (rank 1): 325-float state"),
     "hyper-obs-defaults": (["algo=mappo", "actor=hyper", "hyper.context=[obs]"],
-                           "increment, hyper.context=obs, every other key at its default (all layers)"),
+                           "increment, hyper.context=obs, every other key at its default (lean since issue 17)"),
 }
 # issue 18: the hypernetwork critic (critic.arch=hyper: per-agent increments from the agent id) vs the mappo row
 EXTRA_CRITIC = {

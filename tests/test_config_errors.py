@@ -52,7 +52,7 @@ def test_a_key_nothing_reads_is_an_error_naming_it(overrides, key):
 
 @pytest.mark.parametrize("overrides", [
     ["hyper.beta=0.1"],  # the KL alignment term works with any actor
-    ["hyper.hidden=64"],  # equal to the default: not "set"
+    ["hyper.hidden=0"],  # equal to the default (auto): not "set"
     ["actor=rnn", "model.rnn_hidden=32", "ppo.data_chunk_length=5"],
     ["critic.recurrent=on", "model.rnn_hidden=32", "ppo.data_chunk_length=5"],
     ["actor=hyper", "hyper.context=obs,history", "ppo.data_chunk_length=5", "hyper.history_hidden=8"],

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo import config as config_mod
 from hypermappo.config import build_config
 from hypermappo.diagnostics import DeadComponentError, js_distance, system_neural_diversity
 from hypermappo.envs.vec import EnvSpec
@@ -157,7 +158,7 @@ def test_audit_reports_a_target_hypernetwork_no_loss_reads_as_dead(tmp_path):
 
 def test_audit_passes_for_a_hyper_run_with_every_part_on(tmp_path):
     exp, _ = _run(tmp_path, "all", ["actor=hyper", "hyper.context=agent_id,obs", "hyper.layers=last",
-                                    "hyper.alpha=0.1", "hyper.target=hard", "hyper.target_interval=2",
+                                    "hyper.rank=0", "hyper.alpha=0.1", "hyper.target=hard", "hyper.target_interval=2",
                                     "hyper.beta=0.1", "ppo.weight_decay=0.01"], steps=240)
     audit = exp.summary_extra["audit"]
     assert audit["passed"], audit
@@ -394,3 +395,29 @@ def test_agent_id_context_gives_each_agent_its_own_policy(overrides):
     for i, j in [(0, 1), (0, 2), (1, 2)]:
         assert (logp[:, i] - logp[:, j]).abs().amax(-1).min() > 1e-3, (i, j)  # every sample
         assert js_distance(logp[:, i].exp(), logp[:, j].exp()).mean() > 0.01, (i, j)
+
+
+@pytest.mark.parametrize("overrides, want", [
+    (["hyper.context=obs"], ("last", 16, 1, 16)),  # per-sample context: the lean setting
+    (["hyper.context=agent_id,obs"], ("last", 16, 1, 16)),
+    (["hyper.context=history", "ppo.data_chunk_length=5"], ("last", 16, 1, 16)),
+    (["hyper.context=agent_id"], ("all", 64, 0, 16)),  # generated once per agent: wide, every layer, full rank
+    (["hyper.context=obs", "hyper.output=accumulate", "ppo.data_chunk_length=5"], ("last", 16, 0, 16)),
+    (["hyper.context=obs", "hyper.output=full"], ("last", 16, 0, 16)),
+    (["hyper.context=obs", "hyper.layers=all", "hyper.hidden=64", "hyper.rank=0", "hyper.obs_embed_dim=64"],
+     ("all", 64, 0, 64)),  # explicit values are kept
+])
+def test_hypernetwork_sizes_default_by_context(tmp_path, overrides, want):
+    """`auto` sizes: an observation context costs a hypernetwork pass per sample, so it defaults to the lean setting
+    (README: within 1.5x of MAPPO per env step); the resolved values are what the run's config.yaml records."""
+    cfg = build_config(None, ["actor=hyper", *overrides, f"run_dir={tmp_path / 'r'}"])
+    h = cfg.hyper
+    assert (h.layers, h.hidden, h.rank, h.obs_embed_dim) == want
+    config_mod.save_yaml(cfg, tmp_path / "c.yaml")
+    saved = config_mod.load_yaml(tmp_path / "c.yaml")
+    assert (saved["hyper"]["layers"], saved["hyper"]["hidden"], saved["hyper"]["rank"]) == want[:3]
+
+
+def test_hypernetwork_without_hidden_layer_keeps_hidden_unset():
+    cfg = build_config(None, ["actor=hyper", "hyper.context=obs", "hyper.mlp_layers=0"])
+    assert cfg.hyper.hidden == 0 and cfg.hyper.rank == 1

@@ -87,7 +87,7 @@ def test_zero_increments_give_the_mappo_actor_exactly(overrides):
 @pytest.mark.parametrize("decay", [0.0, 0.25])
 def test_weights_add_up_the_increments_with_decay_toward_the_base(decay, context, rank, state_size):
     """The state is the accumulated code (full rank), the weights (low rank) or a step count (agent-id context)."""
-    actor, _ = _actor([f"hyper.context={context}", "hyper.layers=last", f"hyper.rank={rank}"]
+    actor, _ = _actor([f"hyper.context={context}", "hyper.layers=last", f"hyper.rank={rank}", "hyper.hidden=64"]
                       + ([f"hyper.decay={decay}"] if decay else []))
     _move_generators(actor)
     torch.manual_seed(3)

@@ -21,6 +21,7 @@ from hypermappo.models.actor import build_actor
 QUIET = ["log.tensorboard=false", "log.progress=false", "torch_threads=1", "eval_episodes=2"]
 SOURCE = ["env=matrix:specialisation", "env_kwargs={n_agents: 3, episode_length: 5}", "actor=hyper",
           "hyper.context=agent_id,obs", "hyper.obs_aggregation=mean", "hyper.target=polyak", "hyper.alpha=0.1",
+          "hyper.obs_embed_dim=64", "hyper.hidden=64", "hyper.layers=all", "hyper.rank=0",  # sizes the test names
           "hyper.lr=0.003", "num_envs=4", "rollout_length=5", "total_env_steps=200", "checkpoint_interval=5",
           "diagnostics.every=0", *QUIET]
 

@@ -184,7 +184,7 @@ def _train_rows(run_dir, extra=()):
     Experiment(cfg, quiet=True).run()
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    timing = {"train_sps", "collect_s", "update_s", "diagnostics_s"}
+    timing = {"train_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}
     return [{k: v for k, v in r.items() if k not in timing} for r in rows]
 
 

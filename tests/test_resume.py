@@ -1,7 +1,7 @@
 """Resume after a crash: a SIGKILLed run continued with `hypermappo resume` logs what an uninterrupted run logs.
 
 Only the wall-clock timing columns differ between two runs of the same seed, so they are left out
-of every comparison here: train_sps, collect_s, update_s, diagnostics_s.
+of every comparison here: train_sps, collect_s, update_s, diagnostics_s, wall_s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.experiment import Experiment
 
-TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s"}  # wall-clock, never reproducible
+TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}  # wall-clock, never reproducible
 TINY = ["num_envs=4", "rollout_length=10", "ppo.ppo_epoch=2", "eval_episodes=4", "torch_threads=1",
         "log.tensorboard=false"]
 

@@ -21,7 +21,7 @@ from hypermappo.report import stats
 from hypermappo.report.compare import compare
 from hypermappo.sweep import parse_grid, split_values
 
-TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s"}  # wall-clock, never reproducible
+TIMING_COLUMNS = {"train_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}  # wall-clock, never reproducible
 TINY = ["num_envs=4", "rollout_length=10", "ppo.ppo_epoch=2", "eval_episodes=4", "torch_threads=1",
         "log.tensorboard=false"]
 

@@ -678,6 +678,7 @@ class Experiment:
                 row.update({"eval_return_mean": eval_stats["return_mean"],
                             "eval_return_std": eval_stats["return_std"]})
                 row.update({f"{name}/eval_return_mean": v for name, v in eval_stats.get("group_returns", {}).items()})
+            row["wall_s"] = self.wall_before + time.perf_counter() - start  # since the run started: compile, evals in
             self.logger.log(row)
             self._progress(row, start, segment_steps0)
             if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:

@@ -105,7 +105,8 @@ class HyperCritic(Critic):
 
         c = cfg.critic
         # agent-id context only: the critic's hypernetwork never reads a co-player belief
-        net_cfg = types.SimpleNamespace(hyper=HyperConfig(context=["agent_id"], hidden=c.hyper_hidden),
+        net_cfg = types.SimpleNamespace(hyper=HyperConfig(context=["agent_id"], hidden=c.hyper_hidden, rank=0,
+                                                          layers="all"),
                                         coplayer=CoplayerConfig(), actor="mlp")
         self.layers = list(self.trunk.linears) + [self.head]
         self.hyper = HyperNetwork(spec, net_cfg, [(lin.in_features, lin.out_features) for lin in self.layers],

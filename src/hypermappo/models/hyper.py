@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.config import resolve_hyper_defaults
 from hypermappo.errors import UserError
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
@@ -287,6 +288,7 @@ class HyperActor(MLPActor):
         super().__init__(dataclasses.replace(spec, obs_dim=trunk_obs_dim), cfg)
         self.trunk_obs_dim = trunk_obs_dim
         h = cfg.hyper
+        resolve_hyper_defaults(h)  # a config built without validate() (build_config resolves them already)
         self.cfg_h = h
         linears = list(self.trunk.linears) + [self.head]
         n_hidden = len(self.trunk.linears)

@@ -26,7 +26,8 @@ CASES = {
     "staghunt_hyper": ("staghunt/default", ["model.hidden_sizes=[16,16]", "actor=hyper", "hyper.hidden=16",
                                             "hyper.context=[obs,history]", "hyper.obs_embed_dim=16",
                                             "hyper.history_hidden=16", "ppo.data_chunk_length=5", "hyper.alpha=0.1",
-                                            "hyper.beta=0.05", "hyper.target=hard"]),
+                                            "hyper.beta=0.05", "hyper.target=hard",
+                                            "hyper.layers=all", "hyper.rank=0"]),  # the defaults when recorded
     "climbing_mlp": ("matrix/climbing", ["model.hidden_sizes=[16,16]"]),
 }
 
