@@ -53,3 +53,27 @@ def test_harness_has_maddpg_rows_with_a_floor_of_the_same_gradient_steps(tmp_pat
     assert row["update_s"] > 0.1 * row["collect_s"]  # the timed updates ran gradient steps (no warm-up)
     assert 0.3 < row["floor_s"] / row["update_s"] < 3  # the floor: as many gradient steps as the update
     assert "| maddpg | mpe:simple_spread | 16 | 1 |" in (tmp_path / "m.md").read_text()
+
+
+def test_row_overrides_replace_base_keys():
+    """JaxMARL's rows set rollout_length and PPO epochs that BASE also sets: the row's value wins (no duplicate key)."""
+    bench = _harness()
+    c = bench.case("x", "mpe:simple_spread", 16, 1, [*bench.JAXMARL, "ppo.compile=on"])
+    keys = [o.split("=", 1)[0] for o in c["overrides"]]
+    assert len(keys) == len(set(keys))
+    assert "rollout_length=128" in c["overrides"] and "rollout_length=25" not in c["overrides"]
+
+
+def test_speed_vs_peers_skips_a_missing_peer_in_one_line_and_takes_ratios_within_rounds(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("speed_vs_peers_under_test", HARNESS.parent / "speed_vs_peers.py")
+    svp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(svp)
+    monkeypatch.setitem(svp.PEERS, "jaxmarl", (tmp_path / "nowhere", "jaxmarl_ippo.sh", Path("x.py")))
+    got = svp.run_peer("jaxmarl", [], 1, 10.0)
+    assert got == {"skipped": f"no jaxmarl virtualenv at {tmp_path / 'nowhere'}: run "
+                              "`bash benchmarks/peers/jaxmarl_ippo.sh` first"}
+    rounds = [{"a": {"sps": 30.0}, "b": {"sps": 10.0, "floor_sps": 20.0}},
+              {"a": {"sps": 10.0}, "b": {"sps": 5.0, "floor_sps": 4.0}}]
+    assert svp.ratio(rounds, "a", "b") == [2.0, 3.0]  # per round, not ratio of medians
+    assert svp.ratio(rounds, "a", "b", "floor_sps") == [1.5, 2.5]
+    assert svp.span([2.0, 3.0]) == "2.50× [2.00–3.00]"
