@@ -158,6 +158,17 @@ def read_run(run_dir: Path, task: str) -> dict | None:
     return {"score": score, "kl": kl, "snd": snd, "steps": steps, "curve": curve, "wall_s": summary.get("wall_s")}
 
 
+def prior_tables(args) -> dict:
+    """{task: {variant: entry}} of an earlier run's JSON, for the variants named by --prior-variants only: those
+    whose resolved config this code leaves unchanged (an observation context's size defaults changed in issue 17,
+    so its earlier runs are not comparable)."""
+    if not args.prior:
+        return {}
+    tables = json.loads(Path(args.prior).read_text())["tables"]
+    keep = set(args.prior_variants.split(","))
+    return {task: {v: e for v, e in t.items() if v in keep} for task, t in tables.items()}
+
+
 def diff_ci(a: np.ndarray, b: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap CI of mean(a) - mean(b), each arm's seeds resampled independently."""
     rng = np.random.default_rng(seed)
@@ -179,10 +190,21 @@ def report(args) -> None:
                     if (r := read_run(Path(args.runs) / task / f"{variant}_s{s}", task)) is not None]
             if runs:
                 rows[variant] = runs
-        if not rows:
+        prior = prior_tables(args).get(task, {})
+        if not rows and not prior:
             continue
-        ref = np.array([r["score"] for r in rows.get(REFERENCE, [])])
+        ref = (np.array([r["score"] for r in rows[REFERENCE]]) if REFERENCE in rows
+               else np.array(prior.get(REFERENCE, {}).get("per_seed", [])))
         table = {}
+        for variant in VARIANTS:  # variants not run here: the prior run's entry (same config), scores per seed
+            if variant in prior and variant not in rows:
+                entry = {k: v for k, v in prior[variant].items() if k != "diff_vs_ref"}
+                x = np.array(entry["per_seed"])
+                if variant != REFERENCE and ref.size >= 2 and x.size >= 2:
+                    lo, hi = diff_ci(x, ref)
+                    entry["diff_vs_ref"] = {"mean": float(x.mean() - ref.mean()), "ci": [lo, hi],
+                                            "significant": bool(lo > 0 or hi < 0)}
+                table[variant] = {**entry, "source": f"prior run ({args.prior_label})"}
         for variant, runs in rows.items():
             x = np.array([r["score"] for r in runs])
             entry = {**summarize(x), "per_seed": x.tolist(),
@@ -201,16 +223,18 @@ def report(args) -> None:
                   "| variant | seeds | env steps | final score mean [95% CI] | IQM [95% CI] | vs mappo_shared: "
                   "diff [95% CI] | per-agent KL / update | final SND | wall s/run |",
                   "|---|---|---|---|---|---|---|---|---|"]
+        table = {v: table[v] for v in VARIANTS if v in table}
         for variant, e in table.items():
             d = e.get("diff_vs_ref")
             dtxt = (f"{d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]{' **sig.**' if d['significant'] else ''}"
                     if d else "reference" if variant == REFERENCE else "n/a")
             k, s = e["kl_per_agent_per_update"], e["snd_final"]
-            lines.append(f"| {variant} | {e['n']} | {e['env_steps']:,} | {e['mean']:.3f} [{e['ci_low']:.3f}, "
+            name = f"{variant} (prior run)" if "source" in e else variant
+            lines.append(f"| {name} | {e['n']} | {e['env_steps']:,} | {e['mean']:.3f} [{e['ci_low']:.3f}, "
                          f"{e['ci_high']:.3f}] | {e['iqm']:.3f} [{e['iqm_ci_low']:.3f}, {e['iqm_ci_high']:.3f}] | "
                          f"{dtxt} | {k['mean']:.2e} | {s['mean']:.3f} | {e['wall_s_mean']:.0f} |")
         pairs = []  # every pair of variants: is the difference of mean final scores significant?
-        names = list(rows)
+        names = list(table)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 xa, xb = np.array(table[a]["per_seed"]), np.array(table[b]["per_seed"])
@@ -223,7 +247,7 @@ def report(args) -> None:
         lines += ["", "Pairwise difference of mean final scores (a - b) [95% bootstrap CI]:", ""]
         lines += [f"- {p['a']} - {p['b']}: {p['diff']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] -> "
                   f"{'significant' if p['significant'] else 'not significant'}" for p in pairs]
-        missing = [v for v in VARIANTS if v not in rows]
+        missing = [v for v in VARIANTS if v not in table]
         if missing:
             lines += ["", f"Not run for {task} (cut for compute): {', '.join(missing)}."]
         lines.append("")
@@ -287,6 +311,11 @@ def main() -> None:
     p.add_argument("--runs", default=str(ROOT / "runs" / "ablation_v2"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ablation_v2"))
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--prior", help="an earlier run's ablation_v2 JSON: its entries stand in for variants with no run "
+                                   "in --runs (scores per seed, KL / SND as summarised then)")
+    p.add_argument("--prior-variants", default="mappo_shared,mappo_separate,mappo_hcritic,hyper_id,hyper_id_reg",
+                   help="which of the prior run's variants to use (configs unchanged since)")
+    p.add_argument("--prior-label", default="2026-11-23")
     args = p.parse_args()
     if not args.report_only:
         unknown = [v for v in args.variants.split(",") if v not in VARIANTS]

@@ -58,6 +58,10 @@ def cases(fx: dict[str, Path]) -> list[tuple[str, list[str]]]:
         ("dead key: target_interval with polyak", [*t, "actor=hyper", "hyper.context=obs", "hyper.alpha=0.1",
                                                     "hyper.target=polyak", "hyper.target_interval=3"]),
         ("dead key: obs_embed_dim without obs context", [*t, "actor=hyper", "hyper.obs_embed_dim=8"]),
+        # train: the compiled step (issue 17)
+        ("compile: unknown value", [*t, "ppo.compile=yes"]),
+        ("compile on with a GRU actor", [*t, "actor=rnn", "ppo.data_chunk_length=2", "ppo.compile=on"]),
+        ("hyper.rank below auto (-1)", [*t, "actor=hyper", "hyper.rank=-2"]),
         # train: values
         ("nan learning rate", [*t, "ppo.lr_actor=nan"]),
         ("inf learning rate", [*t, "ppo.lr_critic=inf"]),
