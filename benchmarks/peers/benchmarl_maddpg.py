@@ -9,10 +9,10 @@ loggers and checkpoints off), and the settings used.
 import argparse
 import json
 import os
-import tempfile
 import time
 
 import torch
+from benchmarl_common import timing_config
 
 
 def main():
@@ -26,15 +26,7 @@ def main():
     from benchmarl.experiment import Experiment, ExperimentConfig
     from benchmarl.models.mlp import MlpConfig
 
-    cfg = ExperimentConfig.get_from_yaml()
-    cfg.max_n_frames = args.frames
-    cfg.loggers = []
-    cfg.evaluation = False
-    cfg.checkpoint_interval = 0
-    cfg.create_json = False
-    cfg.render = False
-    cfg.train_device = cfg.sampling_device = cfg.buffer_device = "cpu"
-    cfg.save_folder = tempfile.mkdtemp()
+    cfg = timing_config(ExperimentConfig.get_from_yaml(), args.frames)
     exp = Experiment(task=VmasTask.SIMPLE_SPREAD.get_from_yaml(), algorithm_config=MaddpgConfig.get_from_yaml(),
                      model_config=MlpConfig.get_from_yaml(), critic_model_config=MlpConfig.get_from_yaml(), seed=0,
                      config=cfg)

@@ -14,10 +14,10 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 
 import torch
+from benchmarl_common import timing_config
 
 STAMPS: list[float] = []
 
@@ -48,20 +48,12 @@ def main():
     from benchmarl.models.mlp import MlpConfig
 
     frames = args.num_envs * args.steps
-    cfg = ExperimentConfig.get_from_yaml()
-    cfg.max_n_frames = frames * args.batches
+    cfg = timing_config(ExperimentConfig.get_from_yaml(), frames * args.batches)
     cfg.on_policy_collected_frames_per_batch = frames
     cfg.on_policy_n_envs_per_worker = args.num_envs
     cfg.on_policy_n_minibatch_iters = 10
     cfg.on_policy_minibatch_size = frames
     cfg.prefer_continuous_actions = False
-    cfg.loggers = []
-    cfg.evaluation = False
-    cfg.checkpoint_interval = 0
-    cfg.create_json = False
-    cfg.render = False
-    cfg.train_device = cfg.sampling_device = cfg.buffer_device = "cpu"
-    cfg.save_folder = tempfile.mkdtemp()
     model = MlpConfig.get_from_yaml()
     model.num_cells = [64, 64]
     Stamp = make_stamp_callback(Callback)
