@@ -68,7 +68,11 @@ VARIANTS = {
     "hyper_accum": ["actor=hyper", "hyper.context=[obs]", "hyper.output=accumulate", "hyper.obs_aggregation=own",
                     f"hyper.lr={HYPER_LR}"],
 }
-for _name in ("hyper_id", "hyper_attn", "hyper_gru", "hyper_accum"):
+# the specialisation game gives every agent the same observation, so an observation-only context yields the same
+# weights for all agents; these add the agent id to it (on the one-learner stag hunt the id is a constant)
+for _name in ("hyper_attn", "hyper_gru", "hyper_accum"):
+    VARIANTS[f"hyper_id_{_name[6:]}"] = [o.replace("hyper.context=[", "hyper.context=[agent_id,") for o in VARIANTS[_name]]
+for _name in ("hyper_id", "hyper_attn", "hyper_gru", "hyper_accum", "hyper_id_attn", "hyper_id_gru", "hyper_id_accum"):
     VARIANTS[f"{_name}_reg"] = VARIANTS[_name] + (REG_ID if _name == "hyper_id" else REG_OBS)
 REFERENCE = "mappo_shared"
 TASKS = {"spec": "matrix/specialisation", "switch": "staghunt/egocentric"}
