@@ -79,12 +79,14 @@ TASKS = {"spec": "matrix/specialisation", "switch": "staghunt/egocentric"}
 WINDOW = 10  # updates averaged for the switch task's final score
 RUN_NOTE = (
     "# Ablation v2: Hyper-MAPPO variants vs MAPPO on the specialisation game and the switching-partner stag hunt\n\n"
-    "Reduced grid (2 shared cores at load 10-20, ~85 min of wall time): the specialisation game at n = 8, not 16 (at "
-    "n = 16 MAPPO was still at the random-team level after 28k of a 64k-step probe of ~7 min per run); the stag hunt "
-    "at 200k steps with the switch at 100k (benchmarks/switch_partner.py uses 1.2M / 600k) and fewer seeds where "
-    "noted; the observation-context variants (attention, attention + GRU) and the accumulated increments were not "
-    "run on the specialisation game, the regularised observation-context variants nowhere (cost: one hyper_attn "
-    "stag-hunt run took ~10 min vs ~1 min for MAPPO). Final score = deterministic evaluation return / episode "
+    "Still a reduced grid (2 shared cores). Specialisation game at n = 8 (E = 64, 120k env steps, 5 seeds): every "
+    "variant. MAPPO, the hyper critic and the agent-id variants are the 2026-11-23 runs (`--prior`; their configs "
+    "are unchanged since), the observation-context variants were run on 2026-11-24 with the lean size defaults of "
+    "issue 17. n = 16 is not here: a probe of separate-parameter MAPPO at n = 16 (E = 256, 5 epochs x 2 "
+    "mini-batches) stayed at the random-team level (0.64-0.67) through 420k env steps, so no budget that fits "
+    "this machine lets MAPPO converge there. The stag hunt with the switching partner (200k steps, switch at 100k) "
+    "has only the 2026-11-23 MAPPO row: its observation-context runs used the old size defaults and are not "
+    "comparable, and the re-run did not fit this session. Final score = deterministic evaluation return / episode "
     "length (spec) or the learner's training return over the last 10 updates (switch). `sig.` = the 95% bootstrap "
     "CI of the difference of means excludes 0; nothing else is claimed.\n"
 )
