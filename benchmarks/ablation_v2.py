@@ -77,19 +77,26 @@ for _name in ("hyper_id", "hyper_attn", "hyper_gru", "hyper_accum", "hyper_id_at
 REFERENCE = "mappo_shared"
 TASKS = {"spec": "matrix/specialisation", "switch": "staghunt/egocentric"}
 WINDOW = 10  # updates averaged for the switch task's final score
-RUN_NOTE = (
-    "# Ablation v2: Hyper-MAPPO variants vs MAPPO on the specialisation game and the switching-partner stag hunt\n\n"
-    "Still a reduced grid (2 shared cores). Specialisation game at n = 8 (E = 64, 120k env steps, 5 seeds): every "
-    "variant. MAPPO, the hyper critic and the agent-id variants are the 2026-11-23 runs (`--prior`; their configs "
-    "are unchanged since), the observation-context variants were run on 2026-11-24 with the lean size defaults of "
-    "issue 17. n = 16 is not here: a probe of separate-parameter MAPPO at n = 16 (E = 256, 5 epochs x 2 "
-    "mini-batches) stayed at the random-team level (0.64-0.67) through 420k env steps, so no budget that fits "
-    "this machine lets MAPPO converge there. The stag hunt with the switching partner (200k steps, switch at 100k) "
-    "has only the 2026-11-23 MAPPO row: its observation-context runs used the old size defaults and are not "
-    "comparable, and the re-run did not fit this session. Final score = deterministic evaluation return / episode "
-    "length (spec) or the learner's training return over the last 10 updates (switch). `sig.` = the 95% bootstrap "
-    "CI of the difference of means excludes 0; nothing else is claimed.\n"
-)
+PLATEAU = 0.1  # fraction of training in each of the two windows compared by the plateau check
+
+
+def run_note(args) -> str:
+    """The report's opening paragraph: the grid as actually run (from the command's options)."""
+    gamma = f"ppo.gamma={args.spec_gamma}" if args.spec_gamma is not None else "the preset's ppo.gamma (0.99)"
+    prior = (f" Rows marked \"prior run\" are entries of {args.prior} ({args.prior_label}) for variants whose config "
+             "is unchanged since." if args.prior else "")
+    return ("# Ablation v2: Hyper-MAPPO variants vs MAPPO on the specialisation game and the switching-partner stag "
+            "hunt\n\n"
+            f"Specialisation game: n = {args.n}, E = {args.num_envs}, {args.spec_steps:,} env steps, {gamma}, 5 epochs "
+            f"x 2 mini-batches; score = deterministic evaluation return / episode length. Stag hunt: a scripted "
+            f"partner hunts the stag until {args.switch_step:,} env steps, then hares; {args.switch_steps:,} env steps, "
+            f"E = {args.switch_envs}; score = the learner's training return over the last {WINDOW} updates. Seeds: "
+            f"{args.seeds}.{prior} `sig.` = the 95% bootstrap CI of the difference of means excludes 0; nothing else "
+            f"is claimed. `plateau` = the change of the training curve between the last {PLATEAU:.0%} of updates and "
+            f"the {PLATEAU:.0%} before them, mean over seeds [95% bootstrap CI]: a CI that contains 0 means no "
+            "detectable rise or fall at the end of training (the budget was long enough for that variant).\n")
+
+
 
 
 def _groups_override(variant_overrides: list[str], switch_step: int) -> str:
@@ -116,7 +123,8 @@ def run_overrides(task: str, variant: str, seed: int, args, run_dir: Path) -> li
     if task == "spec":
         return [*VARIANTS[variant], f"env_kwargs={{n_agents: {args.n}, episode_length: 10}}", "rollout_length=10",
                 f"num_envs={args.num_envs}", f"total_env_steps={args.spec_steps}", "ppo.ppo_epoch=5",
-                "ppo.num_mini_batch=2", "eval_episodes=100", "eval_interval=0", *common]
+                "ppo.num_mini_batch=2", "eval_episodes=100", "eval_interval=0",
+                *([f"ppo.gamma={args.spec_gamma}"] if args.spec_gamma is not None else []), *common]
     # the learner has one agent: model.share_params / agent_id change nothing, drop them from the group entry
     learner = [o for o in VARIANTS[variant] if not o.startswith(("model.share_params", "model.agent_id"))]
     if any("history" in o or "accumulate" in o for o in learner):
@@ -161,7 +169,16 @@ def read_run(run_dir: Path, task: str) -> dict | None:
         curve = ret / 10.0
     else:
         score, curve = float(ret[-WINDOW:].mean()), ret
-    return {"score": score, "kl": kl, "snd": snd, "steps": steps, "curve": curve, "wall_s": summary.get("wall_s")}
+    return {"score": score, "kl": kl, "snd": snd, "steps": steps, "curve": curve, "wall_s": summary.get("wall_s"),
+            "plateau": plateau_change(curve)}
+
+
+def plateau_change(curve: np.ndarray) -> float:
+    """Mean of the last PLATEAU of a training curve minus the mean of the PLATEAU before it (NaN if too short)."""
+    w = int(len(curve) * PLATEAU)
+    if w < 2:
+        return float("nan")
+    return float(curve[-w:].mean() - curve[-2 * w:-w].mean())
 
 
 def prior_tables(args) -> dict:
@@ -188,7 +205,7 @@ def report(args) -> None:
     from hypermappo.report.stats import summarize
 
     out = Path(args.out)
-    tables, curves, lines = {}, {}, [RUN_NOTE]
+    tables, curves, lines = {}, {}, [run_note(args)]
     for task in TASKS:
         rows = {}
         for variant in VARIANTS:
@@ -216,6 +233,7 @@ def report(args) -> None:
             entry = {**summarize(x), "per_seed": x.tolist(),
                      "kl_per_agent_per_update": summarize([r["kl"] for r in runs]),
                      "snd_final": summarize([r["snd"] for r in runs]),
+                     "plateau": summarize([r["plateau"] for r in runs]),
                      "wall_s_mean": float(np.mean([r["wall_s"] for r in runs])),
                      "env_steps": int(runs[0]["steps"][-1]) if runs[0]["steps"].size else 0}
             if variant != REFERENCE and ref.size >= 2 and x.size >= 2:
@@ -227,8 +245,8 @@ def report(args) -> None:
         curves[task] = {v: rs for v, rs in rows.items()}
         lines += [f"### {task}: {TASKS[task]}" + (f", n = {args.n}" if task == "spec" else ""), "",
                   "| variant | seeds | env steps | final score mean [95% CI] | IQM [95% CI] | vs mappo_shared: "
-                  "diff [95% CI] | per-agent KL / update | final SND | wall s/run |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "diff [95% CI] | per-agent KL / update | final SND | plateau [95% CI] | wall s/run |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         table = {v: table[v] for v in VARIANTS if v in table}
         for variant, e in table.items():
             d = e.get("diff_vs_ref")
@@ -236,9 +254,11 @@ def report(args) -> None:
                     if d else "reference" if variant == REFERENCE else "n/a")
             k, s = e["kl_per_agent_per_update"], e["snd_final"]
             name = f"{variant} (prior run)" if "source" in e else variant
+            pl = e.get("plateau")
+            ptxt = f"{pl['mean']:+.3f} [{pl['ci_low']:+.3f}, {pl['ci_high']:+.3f}]" if pl else "–"
             lines.append(f"| {name} | {e['n']} | {e['env_steps']:,} | {e['mean']:.3f} [{e['ci_low']:.3f}, "
                          f"{e['ci_high']:.3f}] | {e['iqm']:.3f} [{e['iqm_ci_low']:.3f}, {e['iqm_ci_high']:.3f}] | "
-                         f"{dtxt} | {k['mean']:.2e} | {s['mean']:.3f} | {e['wall_s_mean']:.0f} |")
+                         f"{dtxt} | {k['mean']:.2e} | {s['mean']:.3f} | {ptxt} | {e['wall_s_mean']:.0f} |")
         pairs = []  # every pair of variants: is the difference of mean final scores significant?
         names = list(table)
         for i, a in enumerate(names):
@@ -307,6 +327,10 @@ def main() -> None:
     p.add_argument("--n", type=int, default=8, help="agents in the specialisation game")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--spec-steps", type=int, default=120_000)
+    p.add_argument("--spec-gamma", type=float, default=None,
+                   help="ppo.gamma for the specialisation game (default: the preset's 0.99). Its reward at a step does "
+                        "not depend on earlier actions, so 0 is unbiased there and far less noisy: at n = 16 MAPPO "
+                        "stays at the random-team level with 0.99 and converges with 0")
     p.add_argument("--switch-steps", type=int, default=300_000)
     p.add_argument("--switch-step", type=int, default=150_000)
     p.add_argument("--switch-envs", type=int, default=64)

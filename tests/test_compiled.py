@@ -53,7 +53,6 @@ def test_auto_compiles_long_feed_forward_runs_only_and_says_why():
     (["actor=rnn"], "a recurrent actor"),
     (["actor=hyper", "hyper.context=[obs]", "hyper.output=accumulate", "ppo.data_chunk_length=5"],
      "hyper.output=accumulate"),
-    (["actor=hyper", "hyper.context=[obs]", "hyper.attention_kernel=fused"], "hyper.attention_kernel=fused"),
 ])
 def test_compile_on_that_cannot_be_honoured_is_a_one_line_error(overrides, reason):
     with pytest.raises(UserError, match=rf"ppo.compile: 'on' cannot be honoured: {reason}.*use ppo.compile=auto"):
@@ -98,9 +97,25 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     L.algo.optimizer_step()  # Adam's state exists from here on, as in every update after the first
     step = torch._dynamo.explain(L.algo.optimizer_step)()
     assert step.graph_count == 2, step.break_reasons
-    if actor == "hyper-obs-last":  # the fused C kernel would be a call outside the graph
-        assert exp.summary_extra.get("attention_kernel") == "dense (compiled path)"
+    if actor == "hyper-obs-last":  # the fused C kernel is a custom op inside the graph, not a break
+        assert exp.summary_extra.get("attention_kernel") == "fused"
+        for traced in (policy, loss):
+            targets = {node.target for g in traced.graphs for node in g.graph.nodes}
+            assert torch.ops.hypermappo.agent_attention.default in targets
     exp.logger.close()
+
+
+def test_fused_attention_custom_op_is_registered_correctly():
+    """torch.library.opcheck: the fake (shape-only) implementation, the autograd formula and the schema agree with
+    the real kernel, as torch.compile needs them to (alive mask given and not)."""
+    from hypermappo.models.agent_attention import fused_attention_op, fused_library
+
+    if isinstance(fused_library(3, 8, 2), str):
+        pytest.skip(f"the C kernel cannot be built: {fused_library(3, 8, 2)}")
+    g = torch.Generator().manual_seed(0)
+    for alive in (None, torch.rand(5, 3, generator=g) > 0.3):
+        qkv = torch.randn(5, 3, 24, generator=g, requires_grad=True)
+        torch.library.opcheck(fused_attention_op, (qkv, alive, 2))
 
 
 def test_simple_spread_step_core_traces_as_one_graph():
@@ -143,7 +158,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 @needs_cxx
-@pytest.mark.parametrize("actor", ["mlp", "hyper-id"])
+@pytest.mark.parametrize("actor", ["mlp", "hyper-id", "hyper-obs-last"])
 def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     """Same seed, 4 updates of 2 mini-batches: the sampled episodes, every logged loss and statistic, the
     evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
@@ -175,6 +190,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     assert "compile_s" in comp_summary and comp_summary["compile_s"] >= 0
     assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
     assert "compile_s" not in eager_summary
+    if actor == "hyper-obs-last":  # the C attention kernel ran inside the compiled graphs
+        assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 
 
 @pytest.mark.parametrize("mode", ["off", "on"])

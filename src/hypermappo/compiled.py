@@ -2,12 +2,13 @@
 
 With it on, each learner's per-step policy forward of collection (actor, sampling, log-probs, critic) and the
 three parts of every PPO mini-batch step (loss forward + backward, gradient-norm clipping, the Adam steps) run as
-torch.compile graphs with static shapes (`Learner.policy_step`, `MAPPO.update`). The maths is the eager code's:
-sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and an eager run with one
-seed differ only by float rounding. Compiling costs tens of seconds on the first update (seconds when the graphs
-are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so `auto` turns it on only
-for runs long enough to pay that back and where every compiled function has no graph break; the run header says
-which and why.
+torch.compile graphs with static shapes (`Learner.policy_step`, `MAPPO.update`); Hyper-MAPPO's fused attention
+kernel is a registered custom op (`models/agent_attention.py`), one opaque call inside those graphs. The maths
+is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
+an eager run with one seed differ only by float rounding. Compiling costs tens of seconds on the first update
+(seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
+`auto` turns it on only for runs long enough to pay that back and where every compiled function has no graph
+break; the run header says which and why.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ def blocker(cfg, device) -> str | None:
         return "a recurrent critic (its GRU steps break the graph)"
     if cfg.coplayer.enabled:
         return "the co-player model (a GRU)"
-    if cfg.actor == "hyper" and cfg.hyper.attention_kernel == "fused":
-        return "hyper.attention_kernel=fused (a C kernel outside the graph; auto or dense compiles)"
     if device.type == "cpu" and cxx_compiler() is None:
         return "no C++ compiler found (Inductor's CPU backend needs one; set CXX)"
     return None
@@ -83,16 +82,6 @@ def configure() -> None:
     # shapes are static and guarded by Dynamo: the generated code's per-call size / stride asserts are pure overhead
     # (a few microseconds per tensor; at 16 envs collection calls the graphs thousands of times per update)
     inductor.size_asserts = False
-
-
-def prefer_dense_attention(module) -> None:
-    """The fused attention kernel is a C call outside any graph: on the compiled path `auto` means dense ops,
-    which Inductor fuses itself."""
-    from hypermappo.models.agent_attention import AgentAttention
-
-    for m in module.modules():
-        if isinstance(m, AgentAttention) and getattr(m, "fused", False):
-            m.fused, m.implementation = False, "dense (compiled path)"
 
 
 def compile_fn(fn):

@@ -5,6 +5,7 @@ COMPILED = "src/hypermappo/compiled.py"
 MAPPO = "src/hypermappo/algos/mappo.py"
 GROUPS = "src/hypermappo/policies/groups.py"
 EXPERIMENT = "src/hypermappo/experiment.py"
+ATTENTION = "src/hypermappo/models/agent_attention.py"
 
 
 def mutations(M):
@@ -35,11 +36,22 @@ def mutations(M):
           (f"{T}::test_auto_compiles_long_feed_forward_runs_only_and_says_why",
            f"{T}::test_compile_on_that_cannot_be_honoured_is_a_one_line_error"),
           "a GRU actor is compiled (graph breaks every step) instead of staying eager with a reason"),
-        M("compile_fused_attention_kept", GROUPS,
-          "            prefer_dense_attention(self.actor)\n",
-          "            pass\n",
+        M("compile_attention_goes_dense", ATTENTION,
+          'if self.fused and qkv.device.type == "cpu"',
+          'if self.fused and not torch.compiler.is_compiling() and qkv.device.type == "cpu"',
           (f"{T}::test_policy_step_and_loss_trace_without_graph_breaks",),
-          "the fused C attention kernel stays in the compiled actor: a graph break per step"),
+          "the compiled actor silently swaps the fused C attention kernel for the dense ops (same maths, slower)"),
+        M("attention_fake_wrong_shape", ATTENTION,
+          "    return qkv.new_empty(b, n, e3 // 3), qkv.new_empty(b, n, heads, n)\n",
+          "    return qkv.new_empty(b, n, e3 // 3), qkv.new_empty(b, n, n, heads)\n",
+          (f"{T}::test_fused_attention_custom_op_is_registered_correctly",),
+          "the custom op's shape-only (fake) version disagrees with the kernel: compiled graphs mis-size its output"),
+        M("attention_backward_no_grad", ATTENTION,
+          "    return fused_attention_backward_op(qkv, weights, grad_out, ctx.heads), None, None\n",
+          "    return torch.zeros_like(qkv), None, None\n",
+          ("tests/test_hyper.py::test_agent_attention_equals_torch_multihead_attention",
+           f"{T}::test_fused_attention_custom_op_is_registered_correctly"),
+          "the custom op's autograd formula drops the gradient: the observation encoder stops learning"),
         M("compile_flag_not_passed", GROUPS,
           "self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)",
           "self.algo = MAPPO(self.actor, self.critic, cfg)",

@@ -8,7 +8,9 @@ against it):
 
 - `fused`: a small C kernel (`agent_attention.c`) that computes scores, softmax and the weighted sum of values,
   and their gradients, in one pass per sample. It is compiled on first use with the system C compiler, for the
-  given (agents, width, heads), and cached (`$HYPERMAPPO_CACHE`, default ~/.cache/hypermappo); CPU only.
+  given (agents, width, heads), and cached (`$HYPERMAPPO_CACHE`, default ~/.cache/hypermappo); CPU only. It is
+  registered as two torch custom ops (forward, backward) with an autograd formula and shape-only fake versions,
+  so `torch.compile` (`ppo.compile`) keeps it as one call inside the graph, with no graph break.
 - `dense`: pure PyTorch, every step one elementwise op or one dense matmul over all (query, key) pairs. Used on
   CUDA, for dtypes other than float32/float64, and wherever the kernel cannot be built.
 
@@ -92,39 +94,75 @@ def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr())
 
 
-class _FusedAttention(torch.autograd.Function):
-    """qkv [B, N, 3E], alive [B, N] bool or None -> attention output [B, N, E] through the C kernel (gradient
-    w.r.t. qkv only)."""
+def _real(dtype: torch.dtype):
+    return (ctypes.c_float, "f32") if dtype == torch.float32 else (ctypes.c_double, "f64")
 
-    @staticmethod
-    def forward(ctx, qkv, alive, lib, heads):
-        qkv = qkv.contiguous()
-        alive_ptr = ctypes.c_void_p(None)
-        if alive is not None:
-            alive = alive.to(torch.bool).contiguous()  # [B, N], one byte per agent slot
-            alive_ptr = _ptr(alive)
-        b, n, e3 = qkv.shape
-        e = e3 // 3
-        real = ctypes.c_float if qkv.dtype == torch.float32 else ctypes.c_double
-        suffix = "f32" if qkv.dtype == torch.float32 else "f64"
-        out, weights = qkv.new_empty(b, n, e), qkv.new_empty(b, n, heads, n)
-        scale = real((e // heads) ** -0.5)
-        getattr(lib, f"attention_forward_{suffix}")(_ptr(qkv), alive_ptr, _ptr(out), _ptr(weights), ctypes.c_long(b),
-                                                    scale, ctypes.c_int(torch.get_num_threads()))
-        ctx.save_for_backward(qkv, weights)
-        ctx.lib, ctx.scale, ctx.real, ctx.suffix = lib, scale, real, suffix
-        return out
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_out):
-        qkv, weights = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_qkv = torch.empty_like(qkv)
-        getattr(ctx.lib, f"attention_backward_{ctx.suffix}")(
-            _ptr(qkv), _ptr(weights), _ptr(grad_out), _ptr(grad_qkv), ctypes.c_long(qkv.shape[0]), ctx.scale,
-            ctypes.c_int(torch.get_num_threads()))
-        return grad_qkv, None, None, None
+# The C kernel as two torch custom ops with a registered autograd formula and fake (shape-only) implementations:
+# Dynamo and Inductor treat each as one opaque call inside the graph, so a compiled actor keeps the fused kernel
+# with no graph break (`ppo.compile`), and eager runs take the same ops.
+@torch.library.custom_op("hypermappo::agent_attention", mutates_args=())
+def fused_attention_op(qkv: torch.Tensor, alive: torch.Tensor | None, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """qkv [B, N, 3E], alive [B, N] bool or None -> (attention output [B, N, E], weights [B, N, heads, N])."""
+    qkv = qkv.contiguous()
+    b, n, e3 = qkv.shape
+    e = e3 // 3
+    lib = fused_library(n, e, heads)
+    alive_ptr = ctypes.c_void_p(None)
+    if alive is not None:
+        alive = alive.to(torch.bool).contiguous()  # [B, N], one byte per agent slot
+        alive_ptr = _ptr(alive)
+    real, suffix = _real(qkv.dtype)
+    out, weights = qkv.new_empty(b, n, e), qkv.new_empty(b, n, heads, n)
+    getattr(lib, f"attention_forward_{suffix}")(_ptr(qkv), alive_ptr, _ptr(out), _ptr(weights), ctypes.c_long(b),
+                                                real((e // heads) ** -0.5), ctypes.c_int(torch.get_num_threads()))
+    return out, weights
+
+
+@fused_attention_op.register_fake
+def _(qkv, alive, heads):
+    b, n, e3 = qkv.shape
+    return qkv.new_empty(b, n, e3 // 3), qkv.new_empty(b, n, heads, n)
+
+
+@torch.library.custom_op("hypermappo::agent_attention_backward", mutates_args=())
+def fused_attention_backward_op(qkv: torch.Tensor, weights: torch.Tensor, grad_out: torch.Tensor,
+                                heads: int) -> torch.Tensor:
+    """Gradient of the attention output w.r.t. qkv (the weights are the forward's softmax, saved)."""
+    qkv, weights, grad_out = qkv.contiguous(), weights.contiguous(), grad_out.contiguous()
+    b, n, e3 = qkv.shape
+    lib = fused_library(n, e3 // 3, heads)
+    real, suffix = _real(qkv.dtype)
+    grad_qkv = torch.empty_like(qkv)
+    getattr(lib, f"attention_backward_{suffix}")(_ptr(qkv), _ptr(weights), _ptr(grad_out), _ptr(grad_qkv),
+                                                 ctypes.c_long(b), real((e3 // 3 // heads) ** -0.5),
+                                                 ctypes.c_int(torch.get_num_threads()))
+    return grad_qkv
+
+
+@fused_attention_backward_op.register_fake
+def _(qkv, weights, grad_out, heads):
+    return torch.empty_like(qkv)
+
+
+def _attention_setup_context(ctx, inputs, output):
+    qkv, _, heads = inputs
+    ctx.save_for_backward(qkv, output[1])
+    ctx.heads = heads
+    ctx.mark_non_differentiable(output[1])
+
+
+def _attention_backward(ctx, grad_out, _grad_weights):
+    qkv, weights = ctx.saved_tensors
+    return fused_attention_backward_op(qkv, weights, grad_out, ctx.heads), None, None
+
+
+fused_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+
+
+def fused_attention(qkv: torch.Tensor, heads: int, alive: torch.Tensor | None = None) -> torch.Tensor:
+    """qkv [B, N, 3E] (alive [B, N] bool or None) -> [B, N, E] through the C kernel (gradient w.r.t. qkv only)."""
+    return fused_attention_op(qkv, alive, heads)[0]
 
 
 def dense_attention(qkv: torch.Tensor, heads: int, alive: torch.Tensor | None = None) -> torch.Tensor:
@@ -183,7 +221,7 @@ class AgentAttention(nn.MultiheadAttention):
         the alive agents' encodings."""
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # [B, N, 3E]
         if self.fused and qkv.device.type == "cpu" and qkv.dtype in (torch.float32, torch.float64):
-            out = _FusedAttention.apply(qkv, alive, fused_library(*self.sizes), self.num_heads)
+            out = fused_attention(qkv, self.num_heads, alive)
         else:
             out = dense_attention(qkv, self.num_heads, alive)
         return F.linear(out, self.out_proj.weight, self.out_proj.bias)

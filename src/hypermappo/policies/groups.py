@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.compiled import compile_fn, prefer_dense_attention
+from hypermappo.compiled import compile_fn
 from hypermappo.compiled import decide as decide_compile
 from hypermappo.errors import UserError
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
@@ -352,8 +352,6 @@ class Learner:
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
         # ppo.compile (compiled.py): the policy step below and the PPO update as graphs, where they can be
         self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))
-        if self.compiled:
-            prefer_dense_attention(self.actor)
         self.policy_step = compile_fn(self.policy_forward) if self.compiled else self.policy_forward
         self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)
         T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
