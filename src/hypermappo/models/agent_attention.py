@@ -98,6 +98,13 @@ def _real(dtype: torch.dtype):
     return (ctypes.c_float, "f32") if dtype == torch.float32 else (ctypes.c_double, "f64")
 
 
+def _library(agents: int, width: int, heads: int) -> ctypes.CDLL:
+    lib = fused_library(agents, width, heads)
+    if isinstance(lib, str):  # AgentAttention only takes the fused path once the kernel is built; a direct call may not
+        raise RuntimeError(f"the fused attention kernel for {agents} agents, width {width}, {heads} heads: {lib}")
+    return lib
+
+
 # The C kernel as two torch custom ops with a registered autograd formula and fake (shape-only) implementations:
 # Dynamo and Inductor treat each as one opaque call inside the graph, so a compiled actor keeps the fused kernel
 # with no graph break (`ppo.compile`), and eager runs take the same ops.
@@ -107,7 +114,7 @@ def fused_attention_op(qkv: torch.Tensor, alive: torch.Tensor | None, heads: int
     qkv = qkv.contiguous()
     b, n, e3 = qkv.shape
     e = e3 // 3
-    lib = fused_library(n, e, heads)
+    lib = _library(n, e, heads)
     alive_ptr = ctypes.c_void_p(None)
     if alive is not None:
         alive = alive.to(torch.bool).contiguous()  # [B, N], one byte per agent slot
@@ -131,7 +138,7 @@ def fused_attention_backward_op(qkv: torch.Tensor, weights: torch.Tensor, grad_o
     """Gradient of the attention output w.r.t. qkv (the weights are the forward's softmax, saved)."""
     qkv, weights, grad_out = qkv.contiguous(), weights.contiguous(), grad_out.contiguous()
     b, n, e3 = qkv.shape
-    lib = fused_library(n, e3 // 3, heads)
+    lib = _library(n, e3 // 3, heads)
     real, suffix = _real(qkv.dtype)
     grad_qkv = torch.empty_like(qkv)
     getattr(lib, f"attention_backward_{suffix}")(_ptr(qkv), _ptr(weights), _ptr(grad_out), _ptr(grad_qkv),
