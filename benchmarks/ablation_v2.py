@@ -92,23 +92,25 @@ WINDOW = 10  # updates averaged for the switch task's final score
 PLATEAU = 0.1  # fraction of training in each of the two windows compared by the plateau check
 
 
-def run_note(args) -> str:
-    """The report's opening paragraph: the grid as actually run (from the command's options)."""
+def run_note(args, tasks: list[str]) -> str:
+    """The report's opening paragraph: the grid as actually run (from the command's options), for `tasks`."""
     gamma = f"ppo.gamma={args.spec_gamma}" if args.spec_gamma is not None else "the preset's ppo.gamma (0.99)"
     prior = (f" Rows marked \"prior run\" are entries of {args.prior} ({args.prior_label}) for variants whose config "
              "is unchanged since." if args.prior else "")
+    parts = []
+    if "spec" in tasks:
+        parts.append(f"Specialisation game: n = {args.n}, E = {args.num_envs}, {args.spec_steps:,} env steps, {gamma}, "
+                     "5 epochs x 2 mini-batches; score = deterministic evaluation return / episode length.")
+    if "switch" in tasks:
+        parts.append(f"Stag hunt: a scripted partner hunts the stag until {args.switch_step:,} env steps, then hares; "
+                     f"{args.switch_steps:,} env steps, E = {args.switch_envs}; score = the learner's training return "
+                     f"over the last {WINDOW} updates.")
     return ("# Ablation v2: Hyper-MAPPO variants vs MAPPO on the specialisation game and the switching-partner stag "
-            "hunt\n\n"
-            f"Specialisation game: n = {args.n}, E = {args.num_envs}, {args.spec_steps:,} env steps, {gamma}, 5 epochs "
-            f"x 2 mini-batches; score = deterministic evaluation return / episode length. Stag hunt: a scripted "
-            f"partner hunts the stag until {args.switch_step:,} env steps, then hares; {args.switch_steps:,} env steps, "
-            f"E = {args.switch_envs}; score = the learner's training return over the last {WINDOW} updates. Seeds: "
-            f"{args.seeds}.{prior} `sig.` = the 95% bootstrap CI of the difference of means excludes 0; nothing else "
-            f"is claimed. `plateau` = the change of the training curve between the last {PLATEAU:.0%} of updates and "
-            f"the {PLATEAU:.0%} before them, mean over seeds [95% bootstrap CI]: a CI that contains 0 means no "
+            "hunt\n\n" + " ".join(parts) +
+            f" Seeds: {args.seeds}.{prior} `sig.` = the 95% bootstrap CI of the difference of means excludes 0; nothing "
+            f"else is claimed. `plateau` = the change of the training curve between the last {PLATEAU:.0%} of updates "
+            f"and the {PLATEAU:.0%} before them, mean over seeds [95% bootstrap CI]: a CI that contains 0 means no "
             "detectable rise or fall at the end of training (the budget was long enough for that variant).\n")
-
-
 
 
 def _groups_override(variant_overrides: list[str], switch_step: int) -> str:
@@ -196,6 +198,23 @@ def plateau_change(curve: np.ndarray) -> float:
     return float(curve[-w:].mean() - curve[-2 * w:-w].mean())
 
 
+def not_run_reasons(task: str, missing: list[str]) -> dict[str, list[str]]:
+    """{reason: variants} for the variants a report has no runs of."""
+    reasons: dict[str, list[str]] = {}
+    for v in missing:
+        if task == "switch" and (v == "mappo_separate" or v.startswith("hyper_id_") and v != "hyper_id_reg"):
+            why = ("one learning agent: the same network as mappo_shared / the hyper_* variant, whose agent id is a "
+                   "constant")
+        elif task == "spec" and v.startswith(("hyper_attn", "hyper_gru", "hyper_accum")):
+            why = ("every agent observes the same thing in this game, so an observation-only context gives every agent "
+                   "the same weights: deterministic score 1/n by construction (measured at n = 8, ablation_v2.md); "
+                   "cut for compute")
+        else:
+            why = "cut for compute"
+        reasons.setdefault(why, []).append(v)
+    return reasons
+
+
 def prior_tables(args) -> dict:
     """{task: {variant: entry}} of an earlier run's JSON, for the variants named by --prior-variants only: those
     whose resolved config this code leaves unchanged (an observation context's size defaults changed in issue 17,
@@ -220,7 +239,8 @@ def report(args) -> None:
     from hypermappo.report.stats import summarize
 
     out = Path(args.out)
-    tables, curves, lines = {}, {}, [run_note(args)]
+    present = [t for t in TASKS if any((Path(args.runs) / t).glob("*/summary.json")) or t in prior_tables(args)]
+    tables, curves, lines = {}, {}, [run_note(args, present)]
     for task in TASKS:
         rows = {}
         for variant in VARIANTS:
@@ -292,7 +312,8 @@ def report(args) -> None:
                   f"{'significant' if p['significant'] else 'not significant'}" for p in pairs]
         missing = [v for v in VARIANTS if v not in table]
         if missing:
-            lines += ["", f"Not run for {task} (cut for compute): {', '.join(missing)}."]
+            lines += ["", f"Not run for {task}: " + "; ".join(f"{', '.join(vs)} ({why})"
+                                                           for why, vs in not_run_reasons(task, missing).items()) + "."]
         lines.append("")
     load = os.getloadavg()
     lines += [f"Machine: 2 shared CPU cores, each run 1 torch thread, at most 2 runs in parallel; load average at "
