@@ -37,10 +37,10 @@ The grid of issue 18 (specialisation game at n = 16 with ppo.gamma=0, the switch
     python benchmarks/ablation_v2.py --tasks spec --n 16 --spec-steps 150000 --spec-gamma 0 --diag-every 10 \
         --grad-cos-samples 1 --variants mappo_shared,mappo_separate,hyper_id,hyper_id_attn,hyper_id_gru,\
 hyper_id_accum,hyper_id_reg,hyper_id_attn_reg,hyper_id_gru_reg,hyper_id_accum_reg --runs runs/ablation_v3
-    python benchmarks/ablation_v2.py --tasks switch --switch-steps 300000 --switch-step 150000 --variants \
+    python benchmarks/ablation_v2.py --tasks switch --switch-steps 600000 --switch-step 150000 --variants \
         mappo_shared,hyper_id,hyper_attn,hyper_accum,hyper_gru,hyper_id_reg,hyper_attn_reg,hyper_accum_reg,\
 hyper_gru_reg --runs runs/ablation_v3
-    python benchmarks/ablation_v2.py --report-only --n 16 --spec-steps 150000 --spec-gamma 0 --switch-steps 300000 \
+    python benchmarks/ablation_v2.py --report-only --n 16 --spec-steps 150000 --spec-gamma 0 --switch-steps 600000 \
         --switch-step 150000 --runs runs/ablation_v3 --out benchmarks/results/ablation_v3
 
 With the preset's gamma 0.99, separate-parameter MAPPO at n = 16 stayed at the random-team level (0.64-0.67) in two
@@ -63,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -183,8 +184,6 @@ def read_run(run_dir: Path, task: str) -> dict | None:
         curve = ret / 10.0
     else:
         score, curve = float(ret[-WINDOW:].mean()), ret
-    import yaml
-
     diag_every = yaml.safe_load((run_dir / "config.yaml").read_text())["diagnostics"]["every"]
     return {"score": score, "kl": kl, "snd": snd, "steps": steps, "curve": curve, "wall_s": summary.get("wall_s"),
             "plateau": plateau_change(curve), "diag_every": diag_every}
