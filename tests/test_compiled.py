@@ -15,7 +15,7 @@ import torch
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
-from hypermappo.errors import UserError
+from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.experiment import Experiment
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
@@ -29,6 +29,8 @@ ACTORS = {  # the default actors of the compiled path
     "hyper-obs-last": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
     "mlp-hyper-critic": ["actor=mlp", "critic.arch=hyper", "critic.hyper_hidden=16"],
 }
+# learning rates enter the compiled mini-batch step as a tensor: a decaying one must not be baked into the graph
+LR_DECAY = ["actor=mlp", "ppo.lr_decay=true"]
 
 
 def cfg_of(preset: str, overrides: list[str]):
@@ -158,7 +160,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 @needs_cxx
-@pytest.mark.parametrize("actor", ["mlp", "hyper-id", "hyper-obs-last"])
+@pytest.mark.parametrize("actor", ["mlp", "hyper-id", "hyper-obs-last", "mlp-lr-decay"])
 def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     """Same seed, 4 updates of 2 mini-batches: the sampled episodes, every logged loss and statistic, the
     evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
@@ -166,7 +168,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     for mode in ("off", "on"):
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", "ppo.num_mini_batch=2",
-                                          "checkpoint_interval=4", *ACTORS[actor]])
+                                          "checkpoint_interval=4", *ACTORS.get(actor, LR_DECAY)])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert exp.primary.compiled == (mode == "on")
         summary = exp.run()
@@ -175,8 +177,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
     (eager_rows, eager_summary, eager_ckpt), (comp_rows, comp_summary, comp_ckpt) = runs["off"], runs["on"]
     assert len(eager_rows) == len(comp_rows) == 4
-    # compiled: the policy step, the loss, the clipping and one Adam graph per optimiser; eager: none
-    assert graphs == {"off": 0, "on": 5}, graphs
+    # compiled: the policy step and the whole mini-batch step (gather, loss, gradients, clipping, Adam); with the
+    # fused attention kernel (which torch.func cannot differentiate) the loss, the clipping and one Adam graph per
+    # optimiser; eager: none
+    assert graphs == {"off": 0, "on": 5 if actor == "hyper-obs-last" else 2}, graphs
     for e, c in zip(eager_rows, comp_rows):
         assert e.keys() == c.keys()
         for k in e:
@@ -196,31 +200,77 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
 
 @pytest.mark.parametrize("mode", ["off", "on"])
 def test_update_clips_each_network_and_steps_both(tmp_path, mode):
-    """The factored-out clipping and optimiser step (compiled with ppo.compile): pre-clip norms reported, both
-    networks' gradients clipped to ppo.max_grad_norm, both networks moved by the step."""
+    """The clipping and optimiser step (with ppo.compile, inside the one-graph mini-batch step): pre-clip norms
+    reported, both networks' gradients clipped to ppo.max_grad_norm, both networks moved by the step.
+
+    Read from Adam's state: after its first step exp_avg = (1 - beta1) * the gradient it was given, so the norm
+    of a network's exp_avg / (1 - beta1) is the norm of its clipped gradient."""
     if mode == "on" and cxx_compiler() is None:
         pytest.skip("no C++ compiler for Inductor's CPU backend")
     exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=40", "ppo.max_grad_norm=0.001",
                                                  "ppo.ppo_epoch=1", "ppo.num_mini_batch=1"]), tmp_path / "r", quiet=True)
     L = exp.primary
+    assert (L.algo.fused is not None) == (mode == "on")
     exp._start_episodes()
     exp.collect()
-    before = {n: [p.detach().clone() for p in m.parameters()] for n, m in (("actor", L.actor), ("critic", L.critic))}
-    grads = {}
-    L.algo.after_backward = lambda: None
-    orig_step = L.algo._step
-
-    def step_and_look():
-        for n, m in (("actor", L.actor), ("critic", L.critic)):
-            grads[n] = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in m.parameters() if p.grad is not None]))
-        orig_step()
-    L.algo._step = step_and_look
+    nets = {"actor": (L.actor, L.algo.actor_opt), "critic": (L.critic, L.algo.critic_opt)}
+    before = {n: [p.detach().clone() for p in m.parameters()] for n, (m, _) in nets.items()}
     metrics = L.algo.update(L.buffer, L.batch_generator)
-    for n in ("actor", "critic"):
+    for n, (module, opt) in nets.items():
+        beta1 = opt.param_groups[0]["betas"][0]
+        given = [opt.state[p]["exp_avg"] / (1 - beta1) for p in module.parameters() if p in opt.state]
+        assert given and all(float(opt.state[p]["step"]) == 1 for p in module.parameters() if p in opt.state), n
         assert metrics[f"grad_norm_{n}"] > 0.01, n  # the pre-clip norm, well above the limit
-        assert float(grads[n]) == pytest.approx(0.001, rel=1e-3), n  # clipped to it
-        moved = [not torch.equal(a, b) for a, b in zip(before[n], (p.detach() for p in getattr(L, n).parameters()))]
+        clipped = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in given]))
+        assert float(clipped) == pytest.approx(0.001, rel=1e-3), n  # clipped to it
+        moved = [not torch.equal(a, b) for a, b in zip(before[n], (p.detach() for p in module.parameters()))]
         assert any(moved), f"{n} not stepped"
+    exp.logger.close()
+
+
+@needs_cxx
+def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_state(tmp_path):
+    """The one-graph mini-batch step applies Adam inside the graph: a non-finite loss must leave every weight and
+    every moment / step count as it was (the eager path raises before its step), and the update raises."""
+    exp = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "total_env_steps=80", "ppo.ppo_epoch=2",
+                                                 "ppo.num_mini_batch=1"]), tmp_path / "r", quiet=True)
+    L = exp.primary
+    assert L.algo.fused is not None
+    exp._start_episodes()
+    exp.collect()
+    L.algo.update(L.buffer, L.batch_generator)  # a clean update first: Adam's state exists and is non-zero
+    exp.collect()
+    L.buffer.returns[3, 1, 0] = float("nan")  # one target: the value loss of the first mini-batch step is NaN
+    weights = {k: v.clone() for k, v in [*L.actor.state_dict().items(), *L.critic.state_dict().items()]}
+    moments = [{k: v.clone() for k, v in st.items()} for opt in (L.algo.actor_opt, L.algo.critic_opt)
+               for st in opt.state.values()]
+    with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 1"):
+        L.algo.update(L.buffer, L.batch_generator)
+    now = {**L.actor.state_dict(), **L.critic.state_dict()}
+    for k, v in weights.items():
+        assert torch.equal(now[k], v), k
+    after = [st for opt in (L.algo.actor_opt, L.algo.critic_opt) for st in opt.state.values()]
+    assert len(after) == len(moments) > 0
+    for old, new in zip(moments, after):
+        for k in old:
+            assert torch.equal(new[k], old[k]), k
+    assert all(float(st["step"]) == 2 for st in after)  # the clean update's two steps, no third
+    exp.logger.close()
+
+
+@needs_cxx
+def test_compiled_step_leaves_a_parameter_the_loss_does_not_reach_as_torch_optim_does(tmp_path):
+    """torch.optim skips a parameter without a gradient (no state, no move); the one-graph step must too, not
+    treat it as a zero gradient (Adam would then move it by its old momentum and count its steps)."""
+    exp = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "total_env_steps=40"]), tmp_path / "r", quiet=True)
+    L = exp.primary
+    unused = torch.nn.Parameter(torch.ones(3))
+    L.algo.actor_opt.param_groups[0]["params"].append(unused)
+    exp._start_episodes()
+    exp.collect()
+    L.algo.update(L.buffer, L.batch_generator)
+    assert unused not in L.algo.actor_opt.state and torch.equal(unused.detach(), torch.ones(3))
+    assert all(float(L.algo.actor_opt.state[p]["step"]) > 0 for p in L.actor.parameters())
     exp.logger.close()
 
 

@@ -82,6 +82,10 @@ def configure() -> None:
     # shapes are static and guarded by Dynamo: the generated code's per-call size / stride asserts are pure overhead
     # (a few microseconds per tensor; at 16 envs collection calls the graphs thousands of times per update)
     inductor.size_asserts = False
+    # tanh as 2 / (1 + exp(-2x)) - 1 in the generated C++: Inductor's vectorised tanh ran ~4 ns per element here
+    # (tanh networks' forward and recomputed backward spent more time in it than in their matmuls); same values to
+    # float rounding
+    inductor.cpp.use_decompose_tanh = True
 
 
 def compile_fn(fn):

@@ -59,12 +59,20 @@ class MAPPO:
         # A float learning rate is a constant of the Adam graph, so with ppo.lr_decay the step stays eager
         self.compiled = compiled
         self._loss, self._clip, self._step = self.loss, self.clip_gradients, self.optimizer_step
+        self.fused = None  # the whole mini-batch step as one graph (algos/fused_step.py), where shapes are static
         if compiled:
+            from hypermappo.algos.fused_step import FusedMinibatchStep
             from hypermappo.compiled import compile_fn
 
-            self._loss, self._clip = compile_fn(self.loss), compile_fn(self.clip_gradients)
-            if not p.lr_decay:
-                self._step = compile_fn(self.optimizer_step)
+            # mini-batches of drawn agents vary in size, and torch.func cannot differentiate the fused attention
+            # kernel's custom op: there the step stays three graphs (loss forward + backward, clipping, Adam)
+            if (self.recurrent or (p.minibatch_over == "agents" and p.num_mini_batch > 1)
+                    or actor.describe().get("attention_kernel") == "fused"):
+                self._loss, self._clip = compile_fn(self.loss), compile_fn(self.clip_gradients)
+                if not p.lr_decay:
+                    self._step = compile_fn(self.optimizer_step)
+            else:
+                self.fused = FusedMinibatchStep(self, compile_fn)
 
     # ------------------------------------------------------------------ returns
 
@@ -144,6 +152,8 @@ class MAPPO:
         active_adv = buf.advantages[buf.active]
         adv_mean = active_adv.mean() if active_adv.numel() else torch.zeros(())
         adv_std = active_adv.std() if active_adv.numel() > 1 else torch.ones(())
+        if self.fused is not None:
+            return self._update_fused(buf, generator, adv_mean, adv_std)
         sums: dict[str, torch.Tensor] = {}
         n = 0
         for epoch in range(p.ppo_epoch):
@@ -167,6 +177,33 @@ class MAPPO:
                 n += 1
         self.actor.after_update()
         metrics = {k: float(v) / n for k, v in sums.items()}
+        metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
+                                                           buf.active)
+        return metrics
+
+    def _update_fused(self, buf: RolloutBuffer, generator, adv_mean, adv_std) -> dict[str, float]:
+        """`update` with each mini-batch step as one compiled graph (ppo.compile; algos/fused_step.py)."""
+        p = self.cfg.ppo
+        fields = buf.flat_fields()  # [T*E, N, ...]
+        lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups])
+        total, n = None, 0
+        for epoch in range(p.ppo_epoch):
+            for minibatch, idx in enumerate(buf.minibatch_indices(p.num_mini_batch, generator)):
+                # Dynamo's guards cost ~0.2 ms a call here (every parameter, optimiser state and config value they
+                # read); inside one update nothing they check can change (same modules, modes, shapes and config),
+                # so they run on the update's first mini-batch step, which recompiles if anything did change
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=n > 0):
+                    stats, finite, grads = self.fused(fields, idx, adv_mean, adv_std, lrs)
+                if self.after_backward is not None:  # the audit reads pre-clip gradients from .grad
+                    self.fused.set_grads(grads)
+                    self.after_backward()
+                if not finite:  # the graph left weights and optimiser state as they were
+                    named = dict(zip(self.fused.stat_names, stats.unbind()))
+                    raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+                total = stats if total is None else total + stats
+                n += 1
+        self.actor.after_update()
+        metrics = dict(zip(self.fused.stat_names, (total / n).tolist()))
         metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
                                                            buf.active)
         return metrics

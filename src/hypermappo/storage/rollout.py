@@ -69,17 +69,24 @@ class RolloutBuffer:
         each yields the (t, env) rows its triples touch, whole (a centralised critic or an actor
         looking at all agents needs every agent's inputs), plus `selected` [B, N]: the drawn agents,
         the only ones that carry loss weight."""
-        flat = {k: v.flatten(0, 1) for k, v in self._fields().items()}  # [T*E, N, ...] views
+        flat = self.flat_fields()
         total = self.T * self.E
-        if num_mini_batch == 1:  # order is irrelevant for a single full batch: skip the gather
-            yield flat
-            return
-        if over == "agents":
+        if over == "agents" and num_mini_batch > 1:
             yield from self._agent_batches(flat, total, num_mini_batch, generator)
             return
-        perm = torch.randperm(total, generator=generator).to(self.obs.device)
-        for idx in perm.chunk(num_mini_batch):
-            yield {k: v[idx] for k, v in flat.items()}
+        for idx in self.minibatch_indices(num_mini_batch, generator):
+            yield flat if idx is None else {k: v[idx] for k, v in flat.items()}
+
+    def flat_fields(self) -> dict[str, torch.Tensor]:
+        """The stored fields as [T*E, N, ...] views (a feed-forward mini-batch is rows of these)."""
+        return {k: v.flatten(0, 1) for k, v in self._fields().items()}
+
+    def minibatch_indices(self, num_mini_batch: int, generator: torch.Generator | None = None) -> list:
+        """The rows of each feed-forward mini-batch over (t, env) samples: [None] (all rows, in order: order is
+        irrelevant for a single full batch, so no permutation is drawn) or num_mini_batch index tensors."""
+        if num_mini_batch == 1:
+            return [None]
+        return list(torch.randperm(self.T * self.E, generator=generator).to(self.obs.device).chunk(num_mini_batch))
 
     def _agent_batches(self, rows: dict, total: int, num_mini_batch: int, generator: torch.Generator | None,
                        starts: dict | None = None, dim: int = 0):

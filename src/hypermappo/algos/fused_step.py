@@ -1,0 +1,124 @@
+"""ppo.compile's PPO mini-batch step as one graph: gather, loss, gradients, clipping and both Adam steps.
+
+Why: at small batches (JaxMARL's IPPO settings: 16 envs x 128 steps, 4 epochs x 4 mini-batches of 1,536 agent
+samples) the arithmetic of a mini-batch step is about a millisecond, while driving it from Python as separate
+pieces (the mini-batch gather, a compiled loss forward / backward, a compiled clipping graph, torch.optim's Adam
+graphs, zero_grad and the glue between them) cost 3-4x that: every compiled call pays its guards and wrappers.
+Here the whole step is one torch.compile call with static shapes.
+
+Same maths as `MAPPO.update`'s eager step: the loss is `MAPPO.loss` (through `torch.func.functional_call`),
+gradients come from `torch.func.grad`, each network's gradients are clipped to `ppo.max_grad_norm` as
+`clip_grad_norm_` does, and Adam is `torch.optim.Adam`'s update on the optimiser's own state tensors (so
+checkpoints, resume and the eager path read and write the same state). Parameters the loss does not reach are
+left to themselves, as torch.optim skips a parameter without a gradient. A non-finite loss or gradient norm
+leaves every weight and optimiser state as it was (a select inside the graph) and the caller raises, as the
+eager path raises before its step. Learning rates enter as a tensor, so `ppo.lr_decay` does not recompile.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class _LossOf(nn.Module):
+    """actor + critic as one module whose forward is MAPPO.loss: what functional_call swaps parameters into."""
+
+    def __init__(self, algo):
+        super().__init__()
+        self.actor, self.critic = algo.actor, algo.critic
+        self._algo = [algo]  # a list: the algorithm is not a submodule (its optimisers are no parameters)
+
+    def forward(self, batch: dict, adv_mean: torch.Tensor, adv_std: torch.Tensor):
+        return self._algo[0].loss(batch, adv_mean, adv_std)
+
+
+class FusedMinibatchStep:
+    """Callable `(fields, idx, adv_mean, adv_std, lrs) -> (stats [K], finite, pre-clip grads)`; see the module
+    docstring. `fields` are the rollout's [T*E, N, ...] tensors, `idx` the mini-batch's rows (None: all of them)."""
+
+    def __init__(self, algo, compile_fn):
+        self.algo = algo
+        self.module = _LossOf(algo)
+        self.names = {id(p): n for n, p in self.module.named_parameters()}
+        self.stat_names: list[str] | None = None  # known after the first call
+        # found once, eagerly: [(optimiser, param group, its parameters the loss reaches)] in optimiser order, and
+        # those parameters as (name, parameter)
+        self.plan: list[tuple] | None = None
+        self.trained: list[tuple[str, nn.Parameter]] = []
+        self.compiled = compile_fn(self.step)
+
+    def prepare(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std) -> None:
+        """Once: which parameters get a gradient (eager autograd on the first mini-batch), and Adam's state for
+        them, created as torch.optim.Adam creates it (step 0, zero moments)."""
+        batch = fields if idx is None else {k: v[idx] for k, v in fields.items()}
+        actor_loss, value_loss, stats = self.module(batch, adv_mean, adv_std)
+        params = [p for opt in (self.algo.actor_opt, self.algo.critic_opt) for g in opt.param_groups
+                  for p in g["params"]]
+        grads = torch.autograd.grad(actor_loss + self.algo.cfg.ppo.value_coef * value_loss, params,
+                                    allow_unused=True)
+        used = {id(p) for p, g in zip(params, grads) if g is not None}
+        self.plan = [(opt, group, [p for p in group["params"] if id(p) in used])
+                     for opt in (self.algo.actor_opt, self.algo.critic_opt) for group in opt.param_groups]
+        self.trained = [(self.names[id(q)], q) for _, _, ps in self.plan for q in ps]
+        self.stat_names = [*stats, "grad_norm_actor", "grad_norm_critic"]
+        for opt, _, ps in self.plan:
+            for p in ps:
+                if not opt.state[p]:
+                    opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                                    "exp_avg_sq": torch.zeros_like(p)}
+
+    def __call__(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
+        if self.plan is None:
+            self.prepare(fields, idx, adv_mean, adv_std)
+        return self.compiled(fields, idx, adv_mean, adv_std, lrs)
+
+    def step(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
+        p = self.algo.cfg.ppo
+        batch = fields if idx is None else {k: v[idx] for k, v in fields.items()}  # [B, N, ...]
+        trained = self.trained
+        params = {n: q.detach() for n, q in trained}
+
+        def objective(ps):
+            actor_loss, value_loss, stats = torch.func.functional_call(self.module, ps, (batch, adv_mean, adv_std))
+            return actor_loss + p.value_coef * value_loss, (actor_loss, value_loss, stats)
+
+        grads, (actor_loss, value_loss, stats) = torch.func.grad(objective, has_aux=True)(params)
+        with torch.no_grad():
+            # global-norm clipping per network, as clip_grad_norm_ (norm of the per-tensor norms, coef clamped at 1)
+            norms, clipped = {}, dict(grads)
+            for net in ("actor", "critic"):
+                keys = [n for n, _ in trained if n.startswith(net + ".")]
+                total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grads[n]) for n in keys])) \
+                    if keys else torch.zeros(())
+                norms[net] = total
+                if p.max_grad_norm > 0 and keys:
+                    coef = (p.max_grad_norm / (total + 1e-6)).clamp(max=1.0)
+                    clipped.update({n: grads[n] * coef for n in keys})
+            finite = torch.isfinite(torch.stack([actor_loss.detach(), value_loss.detach(), norms["actor"],
+                                                 norms["critic"]])).all()
+            # Adam (torch.optim.Adam's update, amsgrad off); nothing moves unless every checked quantity is finite
+            k = 0  # trained is the plan's parameters in order
+            for i, (opt, group, ps) in enumerate(self.plan):
+                beta1, beta2 = group["betas"]
+                for q in ps:
+                    state, g = opt.state[q], clipped[trained[k][0]]
+                    k += 1
+                    if group["weight_decay"]:
+                        g = g + group["weight_decay"] * q
+                    step = state["step"] + 1
+                    exp_avg = state["exp_avg"].lerp(g, 1 - beta1)
+                    exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
+                    denom = exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt() + group["eps"]
+                    new = q - (lrs[i] / (1 - beta1 ** step)) * exp_avg / denom
+                    q.copy_(torch.where(finite, new, q))
+                    state["exp_avg"].copy_(torch.where(finite, exp_avg, state["exp_avg"]))
+                    state["exp_avg_sq"].copy_(torch.where(finite, exp_avg_sq, state["exp_avg_sq"]))
+                    state["step"].copy_(torch.where(finite, step, state["step"]))
+            values = [*(v.detach() for v in stats.values()), norms["actor"], norms["critic"]]
+            return torch.stack(values), finite, [grads[n] for n, _ in trained]
+
+    def set_grads(self, grads: list[torch.Tensor]) -> None:
+        """Pre-clip gradients into `.grad` (the live-component audit reads them there, as after a backward)."""
+        for (_, q), g in zip(self.trained, grads):
+            q.grad = g
