@@ -9,7 +9,8 @@ reported (with the range).
           Hyper-MAPPO compiled (agent-id context; observation context with the last layer generated, the lean
           defaults), BenchMARL MAPPO (benchmarks/peers/benchmarl_mappo.py).
   jaxmarl IPPO on MPE simple_spread at JaxMARL's IPPO settings (16 envs x 128 steps, 4 epochs x 4 mini-batches,
-          tanh): ours eager and compiled (our batched torch MPE), JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py).
+          tanh): ours eager and compiled (our batched torch MPE), ours compiled without LayerNorm (JaxMARL's network
+          has none; ours has the MAPPO reference's by default), JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py).
 
 Env-steps/s exclude compilation for every library (JaxMARL's first jitted call, our first update's excess over a
 steady one; BenchMARL compiles nothing), as JaxMARL's own figures do; the compile seconds and the rate over every
@@ -48,6 +49,10 @@ def ours(name: str, env: str, e: int, threads: int, overrides: list[str], settin
     return {"setting": setting, "row": name, "kind": "ours", "case": case(name, env, e, threads, overrides)}
 
 
+NO_LN = ["model.layer_norm=false", "model.feature_norm=false"]
+STEPS_PER_UPDATE = {"paper": 1024 * 25, "jaxmarl": 16 * 128}  # env steps per update (peers report only the rate)
+
+
 def rows(threads: int) -> list[dict]:
     on = ["ppo.compile=on"]
     lean = ["hyper.context=[obs]"]  # the lean defaults of an observation context (last layer, 16 wide, rank 1)
@@ -60,6 +65,8 @@ def rows(threads: int) -> list[dict]:
         {"setting": "paper", "row": "BenchMARL MAPPO", "kind": "benchmarl", "args": ["--threads", str(threads)]},
         ours("ippo eager", "mpe:simple_spread", 16, threads, JAXMARL, "jaxmarl"),
         ours("ippo compiled", "mpe:simple_spread", 16, threads, [*JAXMARL, *on], "jaxmarl"),
+        # like for like: JaxMARL's IPPO network has no LayerNorm (ours has the MAPPO reference's by default)
+        ours("ippo compiled, no LayerNorm", "mpe:simple_spread", 16, threads, [*JAXMARL, *NO_LN, *on], "jaxmarl"),
         {"setting": "jaxmarl", "row": "JaxMARL IPPO-FF", "kind": "jaxmarl", "args": []},
     ]
 
@@ -90,6 +97,7 @@ def measure_round(spec: list[dict], threads: int, timeout: float) -> dict:
             m = run_worker(r["case"], 2, 5, 4.0, 60.0, timeout, None)
             res = {"skipped": m["skipped"]} if "skipped" in m else {
                 "sps": m["e2e_sps"], "floor_sps": m["floor_sps"], "compile_s": m.get("compile_s"),
+                "collect_ms": 1000 * m["collect_s"], "update_ms": 1000 * m["update_s"],
                 "sps_incl_compile": m.get("sps_incl_compile"), "peak_rss_mb": m["peak_rss_mb"],
                 "compiled": m.get("compiled")}
         else:
@@ -120,19 +128,23 @@ def markdown(spec, rounds, meta) -> str:
              f"{', '.join(meta['load_before'])}; after the last: {meta['load_end']}. {len(rounds)} interleaved rounds, "
              "each row in a fresh process; figures are medians over rounds [min–max]; ratios are taken within a "
              "round.", "", f"Reproduce: `{meta['command']}`", "",
-             "| setting | row | env-steps/s (compile excluded) | compile s | env-steps/s incl. compile | peak RSS MB |",
-             "|---|---|---:|---:|---:|---:|"]
+             "| setting | row | env-steps/s (compile excluded) | collect + update ms per update | compile s | "
+             "env-steps/s incl. compile | peak RSS MB |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for r in spec:
         got = [rd[r["row"]] for rd in rounds if "skipped" not in rd[r["row"]]]
         if not got:
             skipped = rounds[0][r["row"]].get("skipped", "?") if rounds else "?"
-            lines.append(f"| {r['setting']} | {r['row']} | skipped: {skipped} | | | |")
+            lines.append(f"| {r['setting']} | {r['row']} | skipped: {skipped} | | | | |")
             continue
         sps = sorted(g["sps"] for g in got)
         comp = [g["compile_s"] for g in got if g.get("compile_s") is not None]
         incl = [g["sps_incl_compile"] for g in got if g.get("sps_incl_compile")]
         rss = [g["peak_rss_mb"] for g in got if g.get("peak_rss_mb")]
-        cells = [r["setting"], r["row"], f"{fmt(statistics.median(sps))} [{fmt(sps[0])}–{fmt(sps[-1])}]",
+        split = [(g["collect_ms"], g["update_ms"]) for g in got if g.get("collect_ms") is not None]
+        split_cell = (f"{statistics.median(c for c, _ in split):.0f} + {statistics.median(u for _, u in split):.0f}"
+                      if split else f"{1000 * STEPS_PER_UPDATE[r['setting']] / statistics.median(sps):.0f} in all")
+        cells = [r["setting"], r["row"], f"{fmt(statistics.median(sps))} [{fmt(sps[0])}–{fmt(sps[-1])}]", split_cell,
                  f"{statistics.median(comp):.1f}" if comp else "–", fmt(statistics.median(incl)) if incl else "–",
                  f"{statistics.median(rss):,.0f}" if rss else "–"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -144,6 +156,8 @@ def markdown(spec, rounds, meta) -> str:
              ("Hyper-MAPPO agent-id compiled / MAPPO compiled", "hyper-id compiled", "mappo compiled", "sps"),
              ("Hyper-MAPPO obs (lean defaults) compiled / MAPPO compiled", "hyper-obs compiled", "mappo compiled", "sps"),
              ("IPPO compiled / JaxMARL IPPO-FF (JaxMARL's settings)", "ippo compiled", "JaxMARL IPPO-FF", "sps"),
+             ("IPPO compiled, no LayerNorm (JaxMARL's network) / JaxMARL IPPO-FF", "ippo compiled, no LayerNorm",
+              "JaxMARL IPPO-FF", "sps"),
              ("IPPO eager / JaxMARL IPPO-FF", "ippo eager", "JaxMARL IPPO-FF", "sps"),
              ("IPPO compiled / IPPO eager", "ippo compiled", "ippo eager", "sps")]
     lines += ["", "Ratios (median over rounds [range]):", ""]

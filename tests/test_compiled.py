@@ -99,6 +99,14 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     L.algo.optimizer_step()  # Adam's state exists from here on, as in every update after the first
     step = torch._dynamo.explain(L.algo.optimizer_step)()
     assert step.graph_count == 2, step.break_reasons
+    if L.algo.fused is not None:  # the whole mini-batch step (gather, loss, gradients, clipping, Adam): one graph
+        fields, idx = L.buffer.flat_fields(), L.buffer.minibatch_indices(2, L.batch_generator)[0]
+        args = (fields, idx, torch.zeros(()), torch.ones(()), torch.tensor([1e-3] * 4))
+        L.algo.fused.prepare(*args[:4])
+        fused = torch._dynamo.explain(L.algo.fused.step)(*args)
+        assert (fused.graph_count, fused.graph_break_count) == (1, 0), fused.break_reasons
+    else:
+        assert actor == "hyper-obs-last"  # the fused attention kernel keeps the three-graph step
     if actor == "hyper-obs-last":  # the fused C kernel is a custom op inside the graph, not a break
         assert exp.summary_extra.get("attention_kernel") == "fused"
         for traced in (policy, loss):
@@ -166,6 +174,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
     runs, graphs = {}, {}
     for mode in ("off", "on"):
+        torch._dynamo.reset()  # graphs of earlier tests in this process may fit these shapes: count this run's own
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", "ppo.num_mini_batch=2",
                                           "checkpoint_interval=4", *ACTORS.get(actor, LR_DECAY)])

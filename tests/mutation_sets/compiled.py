@@ -98,6 +98,12 @@ def mutations(M):
           "batch = fields if idx is None else {k: v[: idx.numel()] for k, v in fields.items()}  # [B, N, ...]",
           (f"{T}::test_compiled_run_equals_the_eager_run",),
           "every mini-batch is the rollout's first rows instead of the drawn ones"),
+        M("fused_step_graph_break", FUSED,
+          '            values = [*(v.detach() for v in stats.values()), norms["actor"], norms["critic"]]\n',
+          '            values = [*(v.detach() for v in stats.values()), norms["actor"], norms["critic"]]\n'
+          '            if not bool(finite):\n                values = values[::-1]\n',
+          (f"{T}::test_policy_step_and_loss_trace_without_graph_breaks",),
+          "a data-dependent Python branch in the one-graph step splits it in two (and syncs) on the hot path"),
         M("compile_time_not_recorded", EXPERIMENT,
           "            if self.compiled and len(self.first_update_s) < 2:\n",
           "            if False:\n",
