@@ -45,8 +45,11 @@ PEERS = {"benchmarl": (Path(os.environ.get("BENCHMARL_VENV", "/work/peers/benchm
                      HERE / "peers" / "jaxmarl_ippo.py")}
 
 
-def ours(name: str, env: str, e: int, threads: int, overrides: list[str], setting: str) -> dict:
-    return {"setting": setting, "row": name, "kind": "ours", "case": case(name, env, e, threads, overrides)}
+def ours(name: str, env: str, e: int, threads: int, overrides: list[str], setting: str, gemm: bool = False) -> dict:
+    """`gemm`: also time the update's matrix multiplies alone (throughput.gemm_floor_s), after the timed updates."""
+    c = case(name, env, e, threads, overrides)
+    c["gemm_floor"] = gemm
+    return {"setting": setting, "row": name, "kind": "ours", "case": c}
 
 
 NO_LN = ["model.layer_norm=false", "model.feature_norm=false"]
@@ -57,13 +60,13 @@ def rows(threads: int) -> list[dict]:
     on = ["ppo.compile=on"]
     lean = ["hyper.context=[obs]"]  # the lean defaults of an observation context (last layer, 16 wide, rank 1)
     return [
-        ours("mappo eager", "vmas:simple_spread", 1024, threads, VARIANTS["mappo"], "paper"),
+        ours("mappo eager", "vmas:simple_spread", 1024, threads, VARIANTS["mappo"], "paper", gemm=True),
         ours("mappo compiled", "vmas:simple_spread", 1024, threads, [*VARIANTS["mappo"], *on], "paper"),
         ours("hyper-id compiled", "vmas:simple_spread", 1024, threads, [*VARIANTS["hyper-id"], *on], "paper"),
         ours("hyper-obs compiled", "vmas:simple_spread", 1024, threads, ["algo=mappo", "actor=hyper", *lean, *on],
              "paper"),
         {"setting": "paper", "row": "BenchMARL MAPPO", "kind": "benchmarl", "args": ["--threads", str(threads)]},
-        ours("ippo eager", "mpe:simple_spread", 16, threads, JAXMARL, "jaxmarl"),
+        ours("ippo eager", "mpe:simple_spread", 16, threads, JAXMARL, "jaxmarl", gemm=True),
         ours("ippo compiled", "mpe:simple_spread", 16, threads, [*JAXMARL, *on], "jaxmarl"),
         # like for like: JaxMARL's IPPO network has no LayerNorm (ours has the MAPPO reference's by default)
         ours("ippo compiled, no LayerNorm", "mpe:simple_spread", 16, threads, [*JAXMARL, *NO_LN, *on], "jaxmarl"),
@@ -98,6 +101,7 @@ def measure_round(spec: list[dict], threads: int, timeout: float) -> dict:
             res = {"skipped": m["skipped"]} if "skipped" in m else {
                 "sps": m["e2e_sps"], "floor_sps": m["floor_sps"], "compile_s": m.get("compile_s"),
                 "collect_ms": 1000 * m["collect_s"], "update_ms": 1000 * m["update_s"],
+                "gemm_ms": 1000 * m["gemm_s"] if m.get("gemm_s") else None, "gemm_calls": m.get("gemm_calls"),
                 "sps_incl_compile": m.get("sps_incl_compile"), "peak_rss_mb": m["peak_rss_mb"],
                 "compiled": m.get("compiled")}
         else:
@@ -162,7 +166,41 @@ def markdown(spec, rounds, meta) -> str:
              ("IPPO compiled / IPPO eager", "ippo compiled", "ippo eager", "sps")]
     lines += ["", "Ratios (median over rounds [range]):", ""]
     lines += [f"- {label}: {span(ratio(rounds, num, den, key))}" for label, num, den, key in pairs]
+    lines += ["", "The matrix multiplies alone (an update's GEMMs replayed back to back in the eager row's process; "
+              "compiled graphs call the same ATen GEMMs, so compiling cannot remove them) and what they leave "
+              "reachable (median over rounds):", ""]
+    lines += gemm_bounds(rounds)
     return "\n".join(lines) + "\n"
+
+
+def gemm_bounds(rounds: list[dict]) -> list[str]:
+    """Per setting: GEMM ms per update, and the best rate a compiled row could reach with its own collection time
+    and nothing but GEMMs in its update, beside the target that rate is compared with."""
+    out = []
+    for setting, eager, compiled, peer in (("paper", "mappo eager", "mappo compiled", None),
+                                           ("jaxmarl", "ippo eager", "ippo compiled", "JaxMARL IPPO-FF")):
+        steps = STEPS_PER_UPDATE[setting]
+        gemm, bound, floor_x, peer_x, calls = [], [], [], [], None
+        for rd in rounds:
+            e, c = rd.get(eager, {}), rd.get(compiled, {})
+            if not e.get("gemm_ms") or not c.get("collect_ms"):
+                continue
+            calls = e.get("gemm_calls")
+            gemm.append(e["gemm_ms"])
+            best = steps / ((c["collect_ms"] + e["gemm_ms"]) / 1000)
+            bound.append(best)
+            floor_x.append(best / e["floor_sps"])
+            if peer and rd.get(peer, {}).get("sps"):
+                peer_x.append(best / rd[peer]["sps"])
+        if not gemm:
+            continue
+        med = statistics.median
+        text = (f"- {setting}: GEMMs {med(gemm):.0f} ms per update ({calls} calls) beside the compiled row's "
+                f"collection: at most {fmt(med(bound))} env-steps/s = {med(floor_x):.2f}× the eager update-only floor")
+        if peer_x:
+            text += f" = {med(peer_x):.2f}× {peer}"
+        out.append(text)
+    return out
 
 
 def peer_versions() -> str:

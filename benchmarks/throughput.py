@@ -221,6 +221,34 @@ def train_iteration(exp) -> list[tuple[float, float, float]]:
     return [(t1[i] - t0[i], t3[i] - t2[i], (t2[i] - t1[i]) + (t4[i] - t3[i])) for i in (0, 1)]
 
 
+GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
+def gemm_floor_s(algo, buf, generator, rounds: int = 3) -> tuple[float, int]:
+    """(seconds, count) of the matrix multiplies of one update alone: the GEMMs an eager update calls (recorded with
+    their shapes by torch.profiler) replayed back to back on random tensors of those shapes, median of `rounds`.
+    No compiler removes these (compiled graphs call the same ATen GEMMs), so collection + this bounds what a
+    compiled update can reach."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        algo.update(buf, generator)
+    calls, tensors = [], {}  # one random tensor per distinct shape, shared by the calls (memory stays small)
+    for e in prof.events():
+        if e.name in GEMMS and all(e.input_shapes[i] for i in (range(1, 3) if "add" in e.name else range(2))):
+            shapes = e.input_shapes[:3] if "add" in e.name else e.input_shapes[:2]
+            args = [tensors.setdefault(tuple(sh), torch.randn(sh)) for sh in shapes]
+            calls.append((getattr(torch, e.name.split("::")[1]), args))
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for fn, args in calls:
+            fn(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), len(calls)
+
+
 def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: float) -> dict:
     """Runs in the worker process; see the module docstring for what is timed."""
     import torch
@@ -261,6 +289,10 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
             elapsed = time.perf_counter() - start
             if (len(collect) >= iters and elapsed >= min_seconds) or elapsed >= max_seconds:
                 break
+        gemm, rss = None, peak_rss_mb()  # peak RSS of the training itself, before any GEMM replay
+        if c.get("gemm_floor"):  # the update's matrix multiplies alone (first learner), after the timed updates
+            L = next(g.learner for g in exp.groups if g.learning)
+            gemm = gemm_floor_s(L.algo, L.buffer, L.batch_generator)
         exp.logger.close()
         exp.env.close()
     steps = cfg.rollout_length * cfg.num_envs
@@ -275,11 +307,12 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
         "train_sps_excl_diag": steps / med([a + b for a, b in zip(collect, update)]),
         "e2e_over_floor": med(e2e) / med(floor), "cpu_e2e_s": med(cpu_e2e), "cpu_floor_s": med(cpu_floor),
         "cpu_sps": steps / med(cpu_e2e), "cpu_e2e_over_floor": med(cpu_e2e) / med(cpu_floor),
-        "peak_rss_mb": peak_rss_mb(), "rss_after_imports_mb": rss_imports, "compiled": exp.compiled,
+        "peak_rss_mb": rss, "rss_after_imports_mb": rss_imports, "compiled": exp.compiled,
         # compile time = the first update's excess over a steady one (excluded from e2e_sps, as JaxMARL's figures
         # exclude jit); sps_incl_compile = env steps of every update run / their wall time, compile included
         "compile_s": max(0.0, warm_s[0] - med(e2e)) if warm_s else None,
         "sps_incl_compile": steps * (len(warm_s) + len(e2e)) / (sum(warm_s) + sum(e2e)),
+        "gemm_s": gemm[0] if gemm else None, "gemm_calls": gemm[1] if gemm else None,
         "all_e2e_s": e2e, "all_floor_s": floor, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
     }
 
