@@ -10,6 +10,8 @@ end to end over update-only time per env step) stays meaningful on a shared mach
 
 - env-steps/s (e2e) = T x E / median over iterations of (collect + update [+ diagnostics]) seconds.
 - peak RSS = `resource.getrusage(RUSAGE_SELF).ru_maxrss` of the row's process (imports included).
+- A row with `gemm_floor` (speed_vs_peers.py's eager rows) also reports `gemm_s`: the update's matrix multiplies
+  alone (`gemm_floor_s`), timed after the timed iterations and after peak RSS is read.
 - Benchmarks run with `diagnostics.every=0 diagnostics.audit_updates=0`, except the `+diag` row, which keeps
   the defaults (every update: per-agent KL, gradient cosine, SND; audit after 3 updates) to show their cost.
 - MAPPO reference hyperparameters: rollout_length 25, ppo_epoch 10, one mini-batch, hidden 64,64.
