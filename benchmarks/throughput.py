@@ -238,8 +238,8 @@ def gemm_floor_s(algo, buf, generator, rounds: int = 3) -> tuple[float, int]:
         algo.update(buf, generator)
     calls, tensors = [], {}  # one random tensor per distinct shape, shared by the calls (memory stays small)
     for e in prof.events():
-        if e.name in GEMMS and all(e.input_shapes[i] for i in (range(1, 3) if "add" in e.name else range(2))):
-            shapes = e.input_shapes[:3] if "add" in e.name else e.input_shapes[:2]
+        shapes = e.input_shapes[:3 if "add" in e.name else 2]  # (bias,) matrix, matrix
+        if e.name in GEMMS and all(shapes[-2:]):
             args = [tensors.setdefault(tuple(sh), torch.randn(sh)) for sh in shapes]
             calls.append((getattr(torch, e.name.split("::")[1]), args))
     times = []

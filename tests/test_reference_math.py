@@ -241,6 +241,20 @@ def test_agent_minibatches_cover_every_agent_sample_once_with_whole_rows():
     assert (seen == 1).all()
 
 
+def test_sample_minibatches_are_the_drawn_rows_and_cover_the_rollout():
+    """Feed-forward mini-batches over (t, env) samples: mini-batch k is rows chunk k of the generator's permutation
+    (the rows the eager loop and the one-graph compiled step both gather), and an epoch covers each row once."""
+    from hypermappo.storage.rollout import RolloutBuffer
+    buf = RolloutBuffer(5, 3, 4, obs_dim=2, state_dim=1, action_shape=(), action_dtype=torch.long)
+    buf.obs[..., 0] = torch.arange(15.0).reshape(5, 3, 1)  # row id
+    drawn = torch.randperm(15, generator=torch.Generator().manual_seed(0)).chunk(3)
+    batches = list(buf.minibatches(3, torch.Generator().manual_seed(0)))
+    assert len(batches) == 3
+    for batch, rows in zip(batches, drawn):
+        assert batch["obs"][:, 0, 0].long().tolist() == rows.tolist()
+    assert sorted(torch.cat([b["obs"][:, 0, 0] for b in batches]).long().tolist()) == list(range(15))
+
+
 def test_death_auto_follows_the_envs_team_reward():
     from hypermappo.algos.death import resolve_death
     from hypermappo.envs.registry import make_env

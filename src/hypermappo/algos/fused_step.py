@@ -20,6 +20,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hypermappo.algos.mappo import global_norm
+from hypermappo.storage.rollout import select_rows
+
 
 class _LossOf(nn.Module):
     """actor + critic as one module whose forward is MAPPO.loss: what functional_call swaps parameters into."""
@@ -40,30 +43,30 @@ class FusedMinibatchStep:
     def __init__(self, algo, compile_fn):
         self.algo = algo
         self.module = _LossOf(algo)
-        self.names = {id(p): n for n, p in self.module.named_parameters()}
         self.stat_names: list[str] | None = None  # known after the first call
-        # found once, eagerly: [(optimiser, param group, its parameters the loss reaches)] in optimiser order, and
-        # those parameters as (name, parameter)
+        # found once, eagerly: [(optimiser, param group, [(name, parameter) the loss reaches])] in optimiser order
         self.plan: list[tuple] | None = None
-        self.trained: list[tuple[str, nn.Parameter]] = []
         self.compiled = compile_fn(self.step)
+
+    def trained(self):
+        """(name, parameter) of every parameter the loss reaches, in the plan's order."""
+        return [named for _, _, group_params in self.plan for named in group_params]
 
     def prepare(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std) -> None:
         """Once: which parameters get a gradient (eager autograd on the first mini-batch), and Adam's state for
         them, created as torch.optim.Adam creates it (step 0, zero moments)."""
-        batch = fields if idx is None else {k: v[idx] for k, v in fields.items()}
-        actor_loss, value_loss, stats = self.module(batch, adv_mean, adv_std)
-        params = [p for opt in (self.algo.actor_opt, self.algo.critic_opt) for g in opt.param_groups
-                  for p in g["params"]]
+        actor_loss, value_loss, stats = self.module(select_rows(fields, idx), adv_mean, adv_std)
+        names = {id(p): n for n, p in self.module.named_parameters()}
+        opts = (self.algo.actor_opt, self.algo.critic_opt)
+        params = [p for opt in opts for g in opt.param_groups for p in g["params"]]
         grads = torch.autograd.grad(actor_loss + self.algo.cfg.ppo.value_coef * value_loss, params,
                                     allow_unused=True)
         used = {id(p) for p, g in zip(params, grads) if g is not None}
-        self.plan = [(opt, group, [p for p in group["params"] if id(p) in used])
-                     for opt in (self.algo.actor_opt, self.algo.critic_opt) for group in opt.param_groups]
-        self.trained = [(self.names[id(q)], q) for _, _, ps in self.plan for q in ps]
+        self.plan = [(opt, group, [(names[id(p)], p) for p in group["params"] if id(p) in used])
+                     for opt in opts for group in opt.param_groups]
         self.stat_names = [*stats, "grad_norm_actor", "grad_norm_critic"]
-        for opt, _, ps in self.plan:
-            for p in ps:
+        for opt, _, group_params in self.plan:
+            for _, p in group_params:
                 if not opt.state[p]:
                     opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                     "exp_avg_sq": torch.zeros_like(p)}
@@ -75,8 +78,8 @@ class FusedMinibatchStep:
 
     def step(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
         p = self.algo.cfg.ppo
-        batch = fields if idx is None else {k: v[idx] for k, v in fields.items()}  # [B, N, ...]
-        trained = self.trained
+        batch = select_rows(fields, idx)  # [B, N, ...]
+        trained = self.trained()
         params = {n: q.detach() for n, q in trained}
 
         def objective(ps):
@@ -89,8 +92,7 @@ class FusedMinibatchStep:
             norms, clipped = {}, dict(grads)
             for net in ("actor", "critic"):
                 keys = [n for n, _ in trained if n.startswith(net + ".")]
-                total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grads[n]) for n in keys])) \
-                    if keys else torch.zeros(())
+                total = global_norm(grads[n] for n in keys) if keys else torch.zeros(())
                 norms[net] = total
                 if p.max_grad_norm > 0 and keys:
                     coef = (p.max_grad_norm / (total + 1e-6)).clamp(max=1.0)
@@ -98,12 +100,10 @@ class FusedMinibatchStep:
             finite = torch.isfinite(torch.stack([actor_loss.detach(), value_loss.detach(), norms["actor"],
                                                  norms["critic"]])).all()
             # Adam (torch.optim.Adam's update, amsgrad off); nothing moves unless every checked quantity is finite
-            k = 0  # trained is the plan's parameters in order
-            for i, (opt, group, ps) in enumerate(self.plan):
+            for i, (opt, group, group_params) in enumerate(self.plan):
                 beta1, beta2 = group["betas"]
-                for q in ps:
-                    state, g = opt.state[q], clipped[trained[k][0]]
-                    k += 1
+                for name, q in group_params:
+                    state, g = opt.state[q], clipped[name]
                     if group["weight_decay"]:
                         g = g + group["weight_decay"] * q
                     step = state["step"] + 1
@@ -120,5 +120,5 @@ class FusedMinibatchStep:
 
     def set_grads(self, grads: list[torch.Tensor]) -> None:
         """Pre-clip gradients into `.grad` (the live-component audit reads them there, as after a backward)."""
-        for (_, q), g in zip(self.trained, grads):
+        for (_, q), g in zip(self.trained(), grads):
             q.grad = g

@@ -29,13 +29,18 @@ def huber(error: torch.Tensor, delta: float) -> torch.Tensor:
     return torch.where(a <= delta, 0.5 * error * error, delta * (a - 0.5 * delta))
 
 
+def global_norm(tensors) -> torch.Tensor:
+    """The 2-norm of all `tensors` together (the norm of their norms, as clip_grad_norm_ computes it)."""
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
+
+
 def grad_norm(params, max_norm: float) -> torch.Tensor:
     params = [p for p in params if p.grad is not None]
     if not params:
         return torch.zeros(())
     if max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+    return global_norm(p.grad for p in params)
 
 
 class MAPPO:
@@ -55,8 +60,9 @@ class MAPPO:
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
         # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
         self.after_backward = None
-        # ppo.compile (compiled.py): loss forward + backward, clipping and the Adam steps as graphs, same maths.
-        # A float learning rate is a constant of the Adam graph, so with ppo.lr_decay the step stays eager
+        # ppo.compile (compiled.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
+        # (loss forward + backward, clipping, Adam; a float learning rate is a constant of that Adam graph, so with
+        # ppo.lr_decay it stays eager). Same maths either way.
         self.compiled = compiled
         self._loss, self._clip, self._step = self.loss, self.clip_gradients, self.optimizer_step
         self.fused = None  # the whole mini-batch step as one graph (algos/fused_step.py), where shapes are static
@@ -175,8 +181,11 @@ class MAPPO:
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v.detach()
                 n += 1
+        return self._finish_update(buf, {k: float(v) / n for k, v in sums.items()})
+
+    def _finish_update(self, buf: RolloutBuffer, metrics: dict[str, float]) -> dict[str, float]:
+        """After the last mini-batch step: the actor's end-of-update hook, and explained variance beside the means."""
         self.actor.after_update()
-        metrics = {k: float(v) / n for k, v in sums.items()}
         metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
                                                            buf.active)
         return metrics
@@ -202,11 +211,7 @@ class MAPPO:
                     raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
                 total = stats if total is None else total + stats
                 n += 1
-        self.actor.after_update()
-        metrics = dict(zip(self.fused.stat_names, (total / n).tolist()))
-        metrics["explained_variance"] = explained_variance(self.value_norm.denormalize(buf.values), buf.returns,
-                                                           buf.active)
-        return metrics
+        return self._finish_update(buf, dict(zip(self.fused.stat_names, (total / n).tolist())))
 
     def clip_gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Clip actor and critic gradients to ppo.max_grad_norm each; their norms before clipping."""

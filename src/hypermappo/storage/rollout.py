@@ -13,6 +13,11 @@ from __future__ import annotations
 import torch
 
 
+def select_rows(fields: dict[str, torch.Tensor], idx: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """A mini-batch: rows `idx` of each [T*E, N, ...] field (None: all rows, as they are)."""
+    return fields if idx is None else {k: v[idx] for k, v in fields.items()}
+
+
 class RolloutBuffer:
     def __init__(self, T: int, E: int, N: int, obs_dim: int, state_dim: int, action_shape: tuple,
                  action_dtype: torch.dtype, n_actions_avail: int = 0, params_dim: int = 0,
@@ -75,7 +80,7 @@ class RolloutBuffer:
             yield from self._agent_batches(flat, total, num_mini_batch, generator)
             return
         for idx in self.minibatch_indices(num_mini_batch, generator):
-            yield flat if idx is None else {k: v[idx] for k, v in flat.items()}
+            yield select_rows(flat, idx)
 
     def flat_fields(self) -> dict[str, torch.Tensor]:
         """The stored fields as [T*E, N, ...] views (a feed-forward mini-batch is rows of these)."""
