@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from hypermappo import config as config_mod
+from hypermappo import onednn_gemm
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
 from hypermappo.errors import NonFiniteError, UserError
@@ -34,6 +36,8 @@ EQUAL_TOO = {
     "mlp-lr-decay": ["actor=mlp", "ppo.lr_decay=true"],
     # the compiled path decomposes tanh into exp (compiled.py): same values to float rounding
     "mlp-tanh": ["actor=mlp", "model.activation=tanh"],
+    # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows)
+    "mlp-onednn": ["actor=mlp"],
 }
 
 
@@ -173,9 +177,13 @@ def rows(run_dir: Path) -> list[dict]:
 
 @needs_cxx
 @pytest.mark.parametrize("actor", ["mlp", "hyper-id", "hyper-obs-last", *EQUAL_TOO])
-def test_compiled_run_equals_the_eager_run(tmp_path, actor):
+def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """Same seed, 4 updates of 2 mini-batches: the sampled episodes, every logged loss and statistic, the
     evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
+    if actor == "mlp-onednn":  # a key no cached graph has (a graph from the cache would skip the pass)
+        monkeypatch.setattr(onednn_gemm, "MIN_ROWS", 1)
+        monkeypatch.setattr(onednn_gemm.PASS, "uuid", lambda key=os.urandom(16): key)
+    rewritten = onednn_gemm.PASS.rewritten
     runs, graphs = {}, {}
     for mode in ("off", "on"):
         torch._dynamo.reset()  # graphs of earlier tests in this process may fit these shapes: count this run's own
@@ -207,6 +215,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, actor):
     assert "compile_s" in comp_summary and comp_summary["compile_s"] >= 0
     assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
     assert "compile_s" not in eager_summary
+    if actor == "mlp-onednn":
+        assert onednn_gemm.PASS.rewritten - rewritten == 18  # every row-major product of the graphs
     if actor == "hyper-obs-last":  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 

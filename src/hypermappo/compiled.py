@@ -86,6 +86,10 @@ def configure() -> None:
     # (tanh networks' forward and recomputed backward spent more time in it than in their matmuls); same values to
     # float rounding
     inductor.cpp.use_decompose_tanh = True
+    from hypermappo import onednn_gemm
+
+    if onednn_gemm.enabled():  # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py)
+        inductor.post_grad_custom_post_pass = onednn_gemm.PASS
 
 
 def compile_fn(fn):

@@ -1,0 +1,90 @@
+"""ppo.compile on the CPU: large row-major matrix products of the compiled graphs run in oneDNN instead of MKL.
+
+Why: PyTorch's CPU builds send every fp32 `mm` / `addmm` to MKL, and this machine's CPU (AMD EPYC, AVX-512) gets
+MKL's slower code path. oneDNN picks its kernels by instruction set, not vendor: the forward products of the MAPPO
+paper setting (76,800 rows x 64 wide) ran 1.3-2x faster through it and the input-gradient products 1.1-1.5x
+(`benchmarks/onednn_gemm.py`); the weight-gradient products (a long reduction over the rows, first operand
+transposed) were slower through it and stay on MKL.
+
+How: an Inductor post-grad pass (it sees forward and backward) rewrites each fp32 CPU `mm(a, b)` /
+`addmm(bias, a, b)` whose `a` is row-major with at least `MIN_ROWS` rows into `hypermappo::onednn_linear`, a
+custom op that Inductor calls as one opaque kernel. The values are the same product to float rounding (another
+summation order). Below `MIN_ROWS` (the per-step policy forward at small env counts, JaxMARL's mini-batches)
+the extra call costs more than it saves, so those stay on MKL. The eager path is unchanged: its autograd would
+need a custom backward for this op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from hypermappo.errors import UserError
+
+MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
+aten = torch.ops.aten
+
+
+def enabled() -> bool:
+    """On where this torch has oneDNN, unless HYPERMAPPO_ONEDNN_GEMM=0 (for side-by-side timing against MKL)."""
+    flag = os.environ.get("HYPERMAPPO_ONEDNN_GEMM", "1")
+    if flag not in ("0", "1"):
+        raise UserError(f"HYPERMAPPO_ONEDNN_GEMM={flag!r}: expected 0 or 1")
+    return flag == "1" and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+@torch.library.custom_op("hypermappo::onednn_linear", mutates_args=())
+def onednn_linear(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """a [M, K] @ b [K, N] (+ bias [N]) through oneDNN's inner-product primitive (which takes b as [N, K])."""
+    return torch.ops.mkldnn._linear_pointwise(a.contiguous(), b.t().contiguous(), bias, "none", [], "")
+
+
+@onednn_linear.register_fake
+def _(a, b, bias):
+    return a.new_empty(a.shape[0], b.shape[1])
+
+
+def _eligible(node: torch.fx.Node) -> tuple | None:
+    """(a, b, bias) of an mm / addmm node worth sending to oneDNN, else None."""
+    if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default) or node.kwargs:
+        return None
+    bias, a, b = node.args if node.target is aten.addmm.default else (None, *node.args)
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    if va is None or vb is None or va.dtype != torch.float32 or va.device.type != "cpu" or va.dim() != 2:
+        return None
+    if va.shape[0] < MIN_ROWS or va.stride(-1) != 1:  # small, or a transposed operand (a weight gradient)
+        return None
+    if bias is not None:
+        vbias = bias.meta.get("val")
+        if vbias is None or tuple(vbias.shape) != (vb.shape[1],) or vbias.dtype != torch.float32:
+            return None
+    return a, b, bias
+
+
+class OneDNNGemmPass(CustomGraphPass):
+    """Inductor `post_grad_custom_post_pass`: the rewrite the module docstring describes."""
+
+    def __init__(self):
+        self.rewritten = 0  # products rewritten by this process (tests read it)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in list(graph.nodes):
+            args = _eligible(node)
+            if args is None:
+                continue
+            with graph.inserting_before(node):
+                new = graph.call_function(torch.ops.hypermappo.onednn_linear.default, args)
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            self.rewritten += 1
+
+    def uuid(self) -> bytes:  # the FX graph cache keys on it: a change to this file recompiles
+        return hashlib.sha256(Path(__file__).read_bytes() + str(MIN_ROWS).encode()).digest()
+
+
+PASS = OneDNNGemmPass()
