@@ -298,3 +298,35 @@ def test_agent_minibatch_selection_weights_the_loss_like_a_mask():
         _, _, c = algo.loss(batch, torch.tensor(0.0), torch.tensor(1.0))
     for k in ("policy_loss", "value_loss", "entropy"):
         assert torch.equal(a[k], b[k]) and not torch.equal(a[k], c[k])
+
+
+@pytest.mark.parametrize("mode", ["state", "obs_concat", "state_agent_id"])
+@pytest.mark.parametrize("death", ["agent", "episode"])
+@pytest.mark.parametrize("share", [True, False])
+def test_critic_with_one_input_for_all_agents_runs_once_per_env_with_the_same_values_and_gradients(mode, death, share):
+    """critic.input=state / obs_concat, shared weights, no death mask: one row per env, broadcast to the agents.
+    Values and gradients equal the per-agent computation (some agents dead in the batch)."""
+    from hypermappo.models.critic import Critic
+    cfg = build_config(None, ["algo=mappo", f"critic.input={mode}", f"ppo.death={death}", "model.hidden_sizes=[8]",
+                              f"critic.share_params={'on' if share else 'off'}"])
+    spec = ScriptedDeathEnv().spec
+    torch.manual_seed(0)
+    critic = Critic(spec, cfg)
+    assert critic.one_row_per_env == (mode != "state_agent_id" and death == "agent" and share)
+    g = torch.Generator().manual_seed(2)
+    obs, state = torch.randn(5, 2, 3, generator=g), torch.randn(5, 4, generator=g)
+    active = torch.tensor([[True, True], [True, False], [False, True], [True, True], [False, False]])
+    weights = torch.randn(5, 2, generator=g)
+    out = {}
+    for one_row in (critic.one_row_per_env, False):
+        critic.one_row_per_env = one_row
+        critic.zero_grad()
+        values, _ = critic(obs, state, active=active)
+        (values * weights).sum().backward()
+        out[one_row] = (values.detach(), [p.grad.clone() for p in critic.parameters()])
+    (v1, g1), (v2, g2) = out.values() if len(out) == 2 else (out[False], out[False])
+    torch.testing.assert_close(v1, v2, rtol=1e-6, atol=1e-6)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    if death == "episode":  # the death mask reaches the values: a dead agent's value is not a live one's
+        assert not torch.equal(v2[1, 0], v2[1, 1])

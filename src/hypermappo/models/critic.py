@@ -74,6 +74,10 @@ class Critic(nn.Module):
         self.head = AgentLinear(self.trunk.out_dim, 1, groups, gain=1.0)
         self.death_masked = resolve_death(cfg.ppo.death, spec) == "episode"
         self.obs_dim = spec.obs_dim  # the env's; features the actor's input adds after it are not the critic's
+        # every agent slot reads the same input through the same weights: one forward per env, the value broadcast
+        # to the N slots (the same values, N times fewer rows; the broadcast's backward sums the slots' gradients)
+        self.one_row_per_env = (self.mode in ("state", "obs_concat") and groups == 1 and not recurrent
+                                and not self.death_masked)
 
     def optimizer_groups(self, lr: float) -> list[dict]:
         """One group at the optimiser's lr; no extra keys, so optimiser state (and checkpoints) stay as before."""
@@ -88,6 +92,9 @@ class Critic(nn.Module):
         x = critic_input(self.mode, obs, state)
         if self.death_masked and active is not None:
             x = death_mask(self.mode, x, active)
+        if self.one_row_per_env:
+            features, _ = self.trunk(x[..., :1, :])
+            return self.head(features).squeeze(-1).expand(x.shape[:-1]), None
         features, hidden = self.trunk(x, hidden, reset, sequence)
         return self.head(features).squeeze(-1), hidden
 
