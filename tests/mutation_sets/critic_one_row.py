@@ -1,6 +1,7 @@
 """The critic's one forward per env when every agent slot reads the same input (models/critic.py)."""
 
-T = "tests/test_reference_math.py::test_critic_with_one_input_for_all_agents_runs_once_per_env_with_the_same_values_and_gradients"
+T = ("tests/test_reference_math.py::"
+     "test_critic_with_one_input_for_all_agents_runs_once_per_env_with_the_same_values_and_gradients")
 CRITIC = "src/hypermappo/models/critic.py"
 
 
