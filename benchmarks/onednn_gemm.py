@@ -1,6 +1,6 @@
 """The compiled path's oneDNN products (src/hypermappo/onednn_gemm.py) against MKL, measured two ways.
 
-  products  the MAPPO paper setting's matrix products (76,800 agent samples; actor 18-64-64-5, critic 57-64-64-1),
+  products  the MAPPO paper setting's matrix products (76,800 agent samples; actor 14-64-64-9, critic 45-64-64-1),
             each as its forward, input-gradient and weight-gradient product, MKL (torch.addmm / mm) vs the oneDNN
             op, interleaved, median of `--rounds` x 10 calls.
   update    the compiled MAPPO row of speed_vs_peers.py (VMAS simple_spread, E = 1024, paper settings) in fresh
@@ -32,7 +32,7 @@ from hypermappo import onednn_gemm  # noqa: E402
 
 RESULTS = HERE / "results"
 ROWS = 1024 * 25 * 3
-LAYERS = [(18, 64), (64, 64), (64, 5), (57, 64), (64, 1)]  # (in, out) of the actor's and the critic's layers
+LAYERS = [(14, 64), (64, 64), (64, 9), (45, 64), (64, 1)]  # (in, out): the actor's and the critic's layers on VMAS
 
 
 def timed(fn, calls: int = 10) -> float:

@@ -3,7 +3,8 @@
 With it on, each learner's per-step policy forward of collection (actor, sampling, log-probs, critic) and the
 three parts of every PPO mini-batch step (loss forward + backward, gradient-norm clipping, the Adam steps) run as
 torch.compile graphs with static shapes (`Learner.policy_step`, `MAPPO.update`); Hyper-MAPPO's fused attention
-kernel is a registered custom op (`models/agent_attention.py`), one opaque call inside those graphs. The maths
+kernel is a registered custom op (`models/agent_attention.py`), one opaque call inside those graphs; large
+row-major matrix products of the graphs run in oneDNN rather than MKL (`onednn_gemm.py`). The maths
 is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
 an eager run with one seed differ only by float rounding. Compiling costs tens of seconds on the first update
 (seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
