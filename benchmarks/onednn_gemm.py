@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import VARIANTS, case, machine, run_worker  # noqa: E402
+from throughput import VARIANTS, case, machine, switch_pairs  # noqa: E402
 
 from hypermappo import onednn_gemm  # noqa: E402
 
@@ -66,22 +65,9 @@ def layer_products(k: int, n: int, rounds: int) -> list[dict]:
 
 def update(rounds: int, threads: int) -> list[dict]:
     c = case("mappo compiled", "vmas:simple_spread", 1024, threads, [*VARIANTS["mappo"], "ppo.compile=on"])
-    pairs = []
-    for r in range(rounds):
-        pair = {}
-        for flag in ("1", "0"):
-            os.environ["HYPERMAPPO_ONEDNN_GEMM"] = flag
-            row = run_worker(c, 2, 3, 4.0, 90.0, 900.0, None)
-            if "skipped" in row:
-                raise SystemExit(f"HYPERMAPPO_ONEDNN_GEMM={flag}: {row['skipped']}")
-            pair[flag] = {k: row[k] for k in ("collect_s", "update_s", "e2e_sps", "compile_s")}
-        os.environ.pop("HYPERMAPPO_ONEDNN_GEMM")
-        ratio = pair["0"]["update_s"] / pair["1"]["update_s"]
-        pairs.append({"round": r + 1, "onednn": pair["1"], "mkl": pair["0"], "update_mkl_over_onednn": ratio,
-                      "sps_onednn_over_mkl": pair["1"]["e2e_sps"] / pair["0"]["e2e_sps"]})
-        print(f"round {r + 1}: update oneDNN {pair['1']['update_s'] * 1e3:.0f} ms, MKL {pair['0']['update_s'] * 1e3:.0f}"
-              f" ms ({ratio:.2f}x); env-steps/s {pair['1']['e2e_sps']:,.0f} vs {pair['0']['e2e_sps']:,.0f}", flush=True)
-    return pairs
+    return switch_pairs(c, "HYPERMAPPO_ONEDNN_GEMM", rounds, lambda p: (
+        f"round {p['round']}: update oneDNN {p['on']['update_s'] * 1e3:.0f} ms, MKL {p['off']['update_s'] * 1e3:.0f} ms "
+        f"({p['update_off_over_on']:.2f}x); env-steps/s {p['on']['e2e_sps']:,.0f} vs {p['off']['e2e_sps']:,.0f}"))
 
 
 def markdown(meta: dict, prods: list[dict], pairs: list[dict]) -> str:
@@ -98,10 +84,10 @@ def markdown(meta: dict, prods: list[dict], pairs: list[dict]) -> str:
               "| round | update ms, oneDNN | update ms, MKL | MKL / oneDNN | env-steps/s oneDNN | env-steps/s MKL |",
               "|---|---:|---:|---:|---:|---:|"]
     for p in pairs:
-        lines.append(f"| {p['round']} | {p['onednn']['update_s'] * 1e3:.0f} | {p['mkl']['update_s'] * 1e3:.0f} | "
-                     f"{p['update_mkl_over_onednn']:.2f}x | {p['onednn']['e2e_sps']:,.0f} | {p['mkl']['e2e_sps']:,.0f} |")
-    med = statistics.median(p["update_mkl_over_onednn"] for p in pairs)
-    sps = statistics.median(p["sps_onednn_over_mkl"] for p in pairs)
+        lines.append(f"| {p['round']} | {p['on']['update_s'] * 1e3:.0f} | {p['off']['update_s'] * 1e3:.0f} | "
+                     f"{p['update_off_over_on']:.2f}x | {p['on']['e2e_sps']:,.0f} | {p['off']['e2e_sps']:,.0f} |")
+    med = statistics.median(p["update_off_over_on"] for p in pairs)
+    sps = statistics.median(p["sps_on_over_off"] for p in pairs)
     lines += ["", f"Median: the update is {med:.2f}x as fast with oneDNN products; env-steps/s {sps:.2f}x.", ""]
     return "\n".join(lines)
 

@@ -342,6 +342,29 @@ def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds
     return json.loads(lines[-1])
 
 
+def switch_pairs(c: dict, var: str, rounds: int, label) -> list[dict]:
+    """A row in fresh processes with the environment switch `var`=1 and =0 alternately, `rounds` pairs: per pair
+    both rows' collect / update seconds, env-steps/s and compile seconds, and the ratios (0 over 1 for the update,
+    1 over 0 for env-steps/s). `label(pair)` prints a line per pair."""
+    pairs = []
+    try:
+        for r in range(rounds):
+            pair = {}
+            for flag in ("1", "0"):
+                os.environ[var] = flag
+                row = run_worker(c, 2, 3, 4.0, 90.0, 900.0, None)
+                if "skipped" in row:
+                    raise SystemExit(f"{var}={flag}: {row['skipped']}")
+                pair[flag] = {k: row[k] for k in ("collect_s", "update_s", "e2e_sps", "compile_s")}
+            pairs.append({"round": r + 1, "on": pair["1"], "off": pair["0"],
+                          "update_off_over_on": pair["0"]["update_s"] / pair["1"]["update_s"],
+                          "sps_on_over_off": pair["1"]["e2e_sps"] / pair["0"]["e2e_sps"]})
+            print(label(pairs[-1]), flush=True)
+    finally:
+        os.environ.pop(var, None)
+    return pairs
+
+
 def export_baseline(ref: str, dest: Path) -> str:
     """`git archive REF src` into dest; returns the src directory to put on PYTHONPATH."""
     data = subprocess.run(["git", "-C", str(REPO), "archive", ref, "src"], check=True, capture_output=True).stdout

@@ -4,7 +4,8 @@ With it on, each learner's per-step policy forward of collection (actor, samplin
 three parts of every PPO mini-batch step (loss forward + backward, gradient-norm clipping, the Adam steps) run as
 torch.compile graphs with static shapes (`Learner.policy_step`, `MAPPO.update`); Hyper-MAPPO's fused attention
 kernel is a registered custom op (`models/agent_attention.py`), one opaque call inside those graphs; large
-row-major matrix products of the graphs run in oneDNN rather than MKL (`onednn_gemm.py`). The maths
+row-major matrix products of the graphs run in oneDNN rather than MKL (`onednn_gemm.py`), and a forward /
+backward pair of graphs recomputes comparison masks instead of saving them as bool (`bool_masks.py`). The maths
 is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
 an eager run with one seed differ only by float rounding. Compiling costs tens of seconds on the first update
 (seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
@@ -73,6 +74,8 @@ def configure() -> None:
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
+    from hypermappo import bool_masks, onednn_gemm
+
     # every Experiment in a process (tests, in-process sweeps) recompiles the same functions for its own modules;
     # past the limit Dynamo would silently run them eager, so the limit is raised and hitting it is an error
     dynamo.recompile_limit = max(dynamo.recompile_limit, 64)
@@ -87,10 +90,10 @@ def configure() -> None:
     # (tanh networks' forward and recomputed backward spent more time in it than in their matmuls); same values to
     # float rounding
     inductor.cpp.use_decompose_tanh = True
-    from hypermappo import onednn_gemm
-
-    if onednn_gemm.enabled():  # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py)
-        inductor.post_grad_custom_post_pass = onednn_gemm.PASS
+    # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py)
+    inductor.post_grad_custom_post_pass = onednn_gemm.PASS if onednn_gemm.enabled() else None
+    # a forward / backward pair of graphs saves no bool mask for the backward (see bool_masks.py)
+    inductor.joint_custom_post_pass = bool_masks.PASS if bool_masks.enabled() else None
 
 
 def compile_fn(fn):
