@@ -13,15 +13,11 @@ store. `HYPERMAPPO_RECOMPUTE_MASKS=0` turns it off; `benchmarks/bool_masks.py` t
 
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
-
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.utils.checkpoint import CheckpointPolicy
 
-from hypermappo.errors import UserError
+from hypermappo.compiled import pass_key, switch
 
 MIN_ELEMENTS = 4096  # smaller masks cost nothing worth a recompute
 aten = torch.ops.aten
@@ -31,10 +27,7 @@ COMPARISONS = {getattr(getattr(aten, name), overload)
 
 def enabled() -> bool:
     """On unless HYPERMAPPO_RECOMPUTE_MASKS=0 (for side-by-side timing)."""
-    flag = os.environ.get("HYPERMAPPO_RECOMPUTE_MASKS", "1")
-    if flag not in ("0", "1"):
-        raise UserError(f"HYPERMAPPO_RECOMPUTE_MASKS={flag!r}: expected 0 or 1")
-    return flag == "1"
+    return switch("HYPERMAPPO_RECOMPUTE_MASKS")
 
 
 def _is_float_comparison(node: torch.fx.Node) -> bool:
@@ -58,8 +51,8 @@ class RecomputeMasksPass(CustomGraphPass):
                 node.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
                 self.marked += 1
 
-    def uuid(self) -> bytes:  # the FX graph cache keys on it: a change to this file recompiles
-        return hashlib.sha256(Path(__file__).read_bytes() + str(MIN_ELEMENTS).encode()).digest()
+    def uuid(self) -> bytes:
+        return pass_key(__file__, MIN_ELEMENTS)
 
 
 PASS = RecomputeMasksPass()

@@ -15,6 +15,7 @@ break; the run header says which and why.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -66,6 +67,19 @@ def decide(cfg, device) -> tuple[bool, str]:
     why = "ppo.compile=on" if mode == "on" else f"auto: {cfg.total_env_steps:,} env steps"
     return True, (f"compile: on ({why}; policy step + PPO update as graphs, compiled during the first update, cache "
                   f"{os.environ['TORCHINDUCTOR_CACHE_DIR']})")
+
+
+def switch(name: str) -> bool:
+    """An environment switch of the compiled path: on unless `name`=0 (set for side-by-side timing); else 0 or 1."""
+    flag = os.environ.get(name, "1")
+    if flag not in ("0", "1"):
+        raise UserError(f"{name}={flag!r}: expected 0 or 1")
+    return flag == "1"
+
+
+def pass_key(source: str, *settings) -> bytes:
+    """A graph pass's FX-graph-cache key: its module's source and settings (a change to either recompiles)."""
+    return hashlib.sha256(Path(source).read_bytes() + repr(settings).encode()).digest()
 
 
 def configure() -> None:

@@ -1,10 +1,10 @@
 """ppo.compile on the CPU: large row-major matrix products of the compiled graphs run in oneDNN instead of MKL.
 
-Why: PyTorch's CPU builds send every fp32 `mm` / `addmm` to MKL, and this machine's CPU (AMD EPYC, AVX-512) gets
-MKL's slower code path. oneDNN picks its kernels by instruction set, not vendor: the forward products of the MAPPO
-paper setting (76,800 rows x 64 wide) ran 1.3-2x faster through it and the input-gradient products 1.1-1.5x
-(`benchmarks/onednn_gemm.py`); the weight-gradient products (a long reduction over the rows, first operand
-transposed) were slower through it and stay on MKL.
+Why: PyTorch's CPU builds send every fp32 `mm` / `addmm` to MKL, which on this machine's CPU (AMD EPYC, AVX-512)
+ran the MAPPO paper setting's large products (76,800 rows x 64 wide) slower than oneDNN: the compiled MAPPO update
+was 1.1-1.3x as fast with the forward and input-gradient products in oneDNN (`benchmarks/onednn_gemm.py`, fresh
+processes side by side; products timed alone swing between runs by more than that). The weight-gradient products
+(a long reduction over the rows, first operand transposed) ran 0.15-0.5x as fast in oneDNN and stay on MKL.
 
 How: an Inductor post-grad pass (it sees forward and backward) rewrites each fp32 CPU `mm(a, b)` /
 `addmm(bias, a, b)` whose `a` is row-major with at least `MIN_ROWS` rows into `hypermappo::onednn_linear`, a
@@ -16,14 +16,10 @@ need a custom backward for this op.
 
 from __future__ import annotations
 
-import hashlib
-import os
-from pathlib import Path
-
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from hypermappo.errors import UserError
+from hypermappo.compiled import pass_key, switch
 
 MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
 aten = torch.ops.aten
@@ -31,10 +27,8 @@ aten = torch.ops.aten
 
 def enabled() -> bool:
     """On where this torch has oneDNN, unless HYPERMAPPO_ONEDNN_GEMM=0 (for side-by-side timing against MKL)."""
-    flag = os.environ.get("HYPERMAPPO_ONEDNN_GEMM", "1")
-    if flag not in ("0", "1"):
-        raise UserError(f"HYPERMAPPO_ONEDNN_GEMM={flag!r}: expected 0 or 1")
-    return flag == "1" and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    return (switch("HYPERMAPPO_ONEDNN_GEMM") and torch.backends.mkldnn.is_available()
+            and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
 @torch.library.custom_op("hypermappo::onednn_linear", mutates_args=())
@@ -83,8 +77,8 @@ class OneDNNGemmPass(CustomGraphPass):
             graph.erase_node(node)
             self.rewritten += 1
 
-    def uuid(self) -> bytes:  # the FX graph cache keys on it: a change to this file recompiles
-        return hashlib.sha256(Path(__file__).read_bytes() + str(MIN_ROWS).encode()).digest()
+    def uuid(self) -> bytes:
+        return pass_key(__file__, MIN_ROWS)
 
 
 PASS = OneDNNGemmPass()
