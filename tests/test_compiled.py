@@ -38,6 +38,12 @@ EQUAL_TOO = {
     "mlp-tanh": ["actor=mlp", "model.activation=tanh"],
     # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows)
     "mlp-onednn": ["actor=mlp"],
+    # micro-batch row blocks (algos/micro_batch.py): a graph per block and one for clipping + Adam; with the fused
+    # attention kernel, the loss graph per block
+    "mlp-micro": ["actor=mlp", "ppo.micro_batch_size=16"],
+    "hyper-obs-micro": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"],
+    # mini-batches of 14, 13 and 13 rows: the update's guard skipping must not run one shape's graph on another
+    "mlp-uneven-mini-batches": ["actor=mlp", "ppo.num_mini_batch=3"],
 }
 
 
@@ -188,8 +194,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     for mode in ("off", "on"):
         torch._dynamo.reset()  # graphs of earlier tests in this process may fit these shapes: count this run's own
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", "ppo.num_mini_batch=2",
-                                          "checkpoint_interval=4", *(ACTORS.get(actor) or EQUAL_TOO[actor])])
+        overrides = ACTORS.get(actor) or EQUAL_TOO[actor]
+        mini_batches = [] if any(o.startswith("ppo.num_mini_batch=") for o in overrides) else ["ppo.num_mini_batch=2"]
+        cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", *mini_batches,
+                                          "checkpoint_interval=4", *overrides])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert exp.primary.compiled == (mode == "on")
         summary = exp.run()
@@ -201,7 +209,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # compiled: the policy step and the whole mini-batch step (gather, loss, gradients, clipping, Adam); with the
     # fused attention kernel (which torch.func cannot differentiate) the loss, the clipping and one Adam graph per
     # optimiser; eager: none
-    assert graphs == {"off": 0, "on": 5 if actor == "hyper-obs-last" else 2}, graphs
+    assert graphs == {"off": 0, "on": {"hyper-obs-last": 5, "hyper-obs-micro": 5, "mlp-micro": 3,
+                                      "mlp-uneven-mini-batches": 3}.get(actor, 2)}, graphs
     for e, c in zip(eager_rows, comp_rows):
         assert e.keys() == c.keys()
         for k in e:
@@ -217,7 +226,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" not in eager_summary
     if actor == "mlp-onednn":
         assert onednn_gemm.PASS.rewritten - rewritten == 18  # every row-major product of the graphs
-    if actor == "hyper-obs-last":  # the C attention kernel ran inside the compiled graphs
+    if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
+        assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
+            "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "
+            "gradients accumulated")
+    if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 
 

@@ -68,6 +68,10 @@ class PPOConfig:
                                          "agents = (t, env, agent) triples as the reference (the rows they touch are "
                                          "evaluated whole, only the drawn agents carry loss weight)",
                               choices=["samples", "agents"])
+    micro_batch_size: int = opt(8192, "agent samples (rows x agents) per gradient-accumulation block: a larger "
+                                      "mini-batch is evaluated in row blocks whose share-weighted gradients add up "
+                                      "to the whole's (float rounding aside), so activations stay in cache "
+                                      "(algos/micro_batch.py); 0 = the whole mini-batch in one pass", min=0)
     data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
     compile: str = opt("auto", "compiled training step (torch.compile): collection's policy forward and the whole "
@@ -601,6 +605,11 @@ def unused_keys(cfg: Config) -> dict[str, str]:
             check(f"diagnostics.{name}", ppo, "the diagnostics and the live-component audit are MAPPO / IPPO "
                                               "only, got algo='maddpg'")
     check("hyper.beta", ppo, "the KL alignment term is a PPO loss term, got algo='maddpg'")
+    if ppo and cfg.ppo.micro_batch_size:
+        from hypermappo.algos.micro_batch import blocker
+
+        reason = blocker(cfg)
+        check("ppo.micro_batch_size", reason is None, f"micro-batches are off here: {reason}; use 0")
     return out
 
 

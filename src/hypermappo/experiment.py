@@ -274,6 +274,11 @@ class Experiment:
         if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
             self.env.compile_step(compile_fn)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
+        # ppo.micro_batch_size (algos/micro_batch.py): whether large mini-batches run in row blocks, and why not
+        self.micro_notes = list(dict.fromkeys(g.learner.micro_note for g in self.groups
+                                              if g.learner and hasattr(g.learner, "micro_note")))
+        if self.micro_notes:
+            self.summary_extra["micro_batch"] = "; ".join(self.micro_notes)
         self.first_update_s: list[float] = []  # wall time of this process's first two updates (compile time)
         self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hypermappo.algos import micro_batch
 from hypermappo.algos.mappo import global_norm
 from hypermappo.storage.rollout import select_rows
 
@@ -46,7 +47,9 @@ class FusedMinibatchStep:
         self.stat_names: list[str] | None = None  # known after the first call
         # found once, eagerly: [(optimiser, param group, [(name, parameter) the loss reaches])] in optimiser order
         self.plan: list[tuple] | None = None
+        self.compile_fn = compile_fn
         self.compiled = compile_fn(self.step)
+        self.compiled_block = self.compiled_apply = None  # micro-batch blocks' graphs, compiled when first needed
 
     def trained(self):
         """(name, parameter) of every parameter the loss reaches, in the plan's order."""
@@ -71,22 +74,52 @@ class FusedMinibatchStep:
                     opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                     "exp_avg_sq": torch.zeros_like(p)}
 
-    def __call__(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
+    def __call__(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor,
+                 blocks: list[slice] | None = None):
+        """`blocks`: micro-batch row blocks of the mini-batch (algos/micro_batch.py); None or one block: one graph
+        for the whole step, else a graph per block (its gradients, accumulated) and one for clipping and Adam."""
         if self.plan is None:
             self.prepare(fields, idx, adv_mean, adv_std)
-        return self.compiled(fields, idx, adv_mean, adv_std, lrs)
+        if blocks is None or len(blocks) == 1:
+            return self.compiled(fields, idx, adv_mean, adv_std, lrs)
+        if self.compiled_block is None:
+            self.compiled_block, self.compiled_apply = self.compile_fn(self.block_step), self.compile_fn(self.apply)
+        mask = {k: fields[k] if idx is None else fields[k][idx] for k in ("active", "selected") if k in fields}
+        grads = {n: torch.zeros_like(q) for n, q in self.trained()}
+        losses = torch.zeros(len(self.stat_names))
+        for rows, weight in zip(blocks, micro_batch.block_weights(mask, blocks)):
+            part = ({k: v[rows] for k, v in fields.items()}, None) if idx is None else (fields, idx[rows])
+            grads, losses = self.compiled_block(*part, adv_mean, adv_std, weight, grads, losses)
+        return self.compiled_apply(grads, losses, lrs)
 
-    def step(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
+    def gradients(self, batch: dict, adv_mean, adv_std, weight):
+        """(gradients of weight x the loss, [actor loss, value loss, *stats]) on a [B, N, ...] batch."""
         p = self.algo.cfg.ppo
-        batch = select_rows(fields, idx)  # [B, N, ...]
-        trained = self.trained()
-        params = {n: q.detach() for n, q in trained}
+        params = {n: q.detach() for n, q in self.trained()}
 
         def objective(ps):
             actor_loss, value_loss, stats = torch.func.functional_call(self.module, ps, (batch, adv_mean, adv_std))
-            return actor_loss + p.value_coef * value_loss, (actor_loss, value_loss, stats)
+            return weight * (actor_loss + p.value_coef * value_loss), (actor_loss, value_loss, stats)
 
         grads, (actor_loss, value_loss, stats) = torch.func.grad(objective, has_aux=True)(params)
+        return grads, torch.stack([actor_loss.detach(), value_loss.detach(), *(v.detach() for v in stats.values())])
+
+    def step(self, fields: dict, idx: torch.Tensor | None, adv_mean, adv_std, lrs: torch.Tensor):
+        """The whole mini-batch step as one graph."""
+        grads, losses = self.gradients(select_rows(fields, idx), adv_mean, adv_std, 1.0)
+        return self.apply(grads, losses, lrs)
+
+    def block_step(self, fields: dict, idx, adv_mean, adv_std, weight, grads: dict, losses: torch.Tensor):
+        """One micro-batch block: its share-weighted gradients and losses added to the running sums."""
+        block_grads, block_losses = self.gradients(select_rows(fields, idx), adv_mean, adv_std, weight)
+        return {n: g + block_grads[n] for n, g in grads.items()}, losses + weight * block_losses
+
+    def apply(self, grads: dict, losses: torch.Tensor, lrs: torch.Tensor):
+        """Clipping and Adam from the mini-batch's gradients and [actor loss, value loss, *stats]."""
+        p = self.algo.cfg.ppo
+        trained = self.trained()
+        actor_loss, value_loss = losses[0], losses[1]
+        stats = dict(zip(self.stat_names[:-2], losses[2:].unbind()))
         with torch.no_grad():
             # global-norm clipping per network, as clip_grad_norm_ (norm of the per-tensor norms, coef clamped at 1)
             norms, clipped = {}, dict(grads)

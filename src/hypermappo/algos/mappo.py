@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hypermappo.algos import micro_batch
 from hypermappo.algos.value_norm import build_value_norm
 from hypermappo.errors import NonFiniteError
 from hypermappo.storage.rollout import RolloutBuffer
@@ -58,6 +59,8 @@ class MAPPO:
         device = next(critic.parameters()).device
         self.value_norm = build_value_norm(p.value_norm, critic.head).to(device)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
+        # ppo.micro_batch_size (algos/micro_batch.py): large mini-batches in cache-sized row blocks, where exact
+        self.micro_size = 0 if micro_batch.blocker(cfg) else p.micro_batch_size
         # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
         self.after_backward = None
         # ppo.compile (compiled.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
@@ -166,11 +169,9 @@ class MAPPO:
             batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator, p.minibatch_over)
                        if self.recurrent else buf.minibatches(p.num_mini_batch, generator, p.minibatch_over))
             for minibatch, batch in enumerate(batches):
-                actor_loss, value_loss, stats = self._loss(batch, adv_mean, adv_std)
                 self.actor_opt.zero_grad(set_to_none=True)
                 self.critic_opt.zero_grad(set_to_none=True)
-                # actor and critic share no parameters, so one backward equals the reference's two
-                (actor_loss + p.value_coef * value_loss).backward()
+                actor_loss, value_loss, stats = self._backward(batch, adv_mean, adv_std)
                 if self.after_backward is not None:
                     self.after_backward()
                 stats["grad_norm_actor"], stats["grad_norm_critic"] = self._clip()
@@ -182,6 +183,26 @@ class MAPPO:
                     sums[k] = sums.get(k, 0.0) + v.detach()
                 n += 1
         return self._finish_update(buf, {k: float(v) / n for k, v in sums.items()})
+
+    def _backward(self, batch: dict, adv_mean, adv_std):
+        """A mini-batch's losses, with their gradients accumulated into .grad: in one pass, or in micro-batch row
+        blocks each weighted by its share of the loss mask (algos/micro_batch.py), which sum to the same."""
+        p = self.cfg.ppo
+        blocks = micro_batch.row_blocks(batch["active"].shape[0], batch["active"].shape[1], self.micro_size)
+        if len(blocks) == 1:
+            actor_loss, value_loss, stats = self._loss(batch, adv_mean, adv_std)
+            # actor and critic share no parameters, so one backward equals the reference's two
+            (actor_loss + p.value_coef * value_loss).backward()
+            return actor_loss, value_loss, stats
+        total = None
+        for rows, weight in zip(blocks, micro_batch.block_weights(batch, blocks)):
+            actor_loss, value_loss, stats = self._loss({k: v[rows] for k, v in batch.items()}, adv_mean, adv_std)
+            (weight * (actor_loss + p.value_coef * value_loss)).backward()
+            part = [weight * actor_loss.detach(), weight * value_loss.detach(),
+                    {k: weight * v.detach() for k, v in stats.items()}]
+            total = part if total is None else [total[0] + part[0], total[1] + part[1],
+                                                {k: v + part[2][k] for k, v in total[2].items()}]
+        return tuple(total)
 
     def _finish_update(self, buf: RolloutBuffer, metrics: dict[str, float]) -> dict[str, float]:
         """After the last mini-batch step: the actor's end-of-update hook, and explained variance beside the means."""
@@ -195,14 +216,20 @@ class MAPPO:
         p = self.cfg.ppo
         fields = buf.flat_fields()  # [T*E, N, ...]
         lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups])
-        total, n = None, 0
+        total, n, guarded = None, 0, set()
         for epoch in range(p.ppo_epoch):
             for minibatch, idx in enumerate(buf.minibatch_indices(p.num_mini_batch, generator)):
+                rows = fields["active"].shape[0] if idx is None else idx.shape[0]
+                blocks = micro_batch.row_blocks(rows, buf.N, self.micro_size)
                 # Dynamo's guards cost ~0.2 ms a call here (every parameter, optimiser state and config value they
-                # read); inside one update nothing they check can change (same modules, modes, shapes and config),
-                # so they run on the update's first mini-batch step, which recompiles if anything did change
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=n > 0):
-                    stats, finite, grads = self.fused(fields, idx, adv_mean, adv_std, lrs)
+                # read); inside one update nothing they check can change but the shapes (same modules, modes and
+                # config), so they run on the update's first step of each shape, which recompiles if anything did
+                # change, and on every step whose micro-batch blocks differ in size (the guards pick each block's
+                # graph); skipped, they would run the graph of another shape
+                sizes = tuple(len(range(rows)[b]) for b in blocks)
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=sizes in guarded and len(set(sizes)) == 1):
+                    stats, finite, grads = self.fused(fields, idx, adv_mean, adv_std, lrs, blocks)
+                guarded.add(sizes)
                 if self.after_backward is not None:  # the audit reads pre-clip gradients from .grad
                     self.fused.set_grads(grads)
                     self.after_backward()

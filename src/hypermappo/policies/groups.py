@@ -39,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from hypermappo.algos import micro_batch
 from hypermappo.compiled import compile_fn
 from hypermappo.compiled import decide as decide_compile
 from hypermappo.errors import UserError
@@ -358,6 +359,7 @@ class Learner:
         if self.algo.recurrent and T % L:
             raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
                             f"of it, got {L}")
+        self.micro_note = micro_batch.describe(cfg, T * num_envs, spec.num_agents)  # for the run header
         self.batch_generator = torch.Generator().manual_seed(batch_seed)
         space = spec.action_space
         action_shape, action_dtype = action_layout(space)
