@@ -9,7 +9,8 @@ size 0's of the same path (> 1 = faster).
 
     python benchmarks/micro_batch.py --rounds 3
 
-Writes benchmarks/results/micro_batch.{json,md}.
+Writes benchmarks/results/micro_batch.{json,md} (`--name` to change). The default size was chosen from
+`python benchmarks/micro_batch.py --rounds 3 --sizes 0,4096,8192,16384 --name micro_batch_sizes`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--sizes", default=f"0,4096,{DEFAULT},16384", help="MAPPO's micro-batch sizes, comma-separated")
+    p.add_argument("--sizes", default=f"0,{DEFAULT},32768", help="MAPPO's micro-batch sizes, comma-separated")
+    p.add_argument("--name", default="micro_batch", help="results file name (benchmarks/results/NAME.{json,md})")
     args = p.parse_args()
     sizes = sorted({int(s) for s in args.sizes.split(",")} | {0})
     meta = {**machine(), "threads": args.threads, "rounds": args.rounds, "default_size": DEFAULT,
@@ -88,8 +90,8 @@ def main() -> int:
                      f"[{lo:.2f}-{hi:.2f}] | {t['e2e_sps']:,.0f} | {t['peak_rss_mb']:.0f} |")
     md = "\n".join(lines) + "\n"
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "micro_batch.json").write_text(json.dumps({"meta": meta, "table": table, "rounds": rounds}, indent=1))
-    (RESULTS / "micro_batch.md").write_text(md)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps({"meta": meta, "table": table, "rounds": rounds}, indent=1))
+    (RESULTS / f"{args.name}.md").write_text(md)
     print(md)
     return 0
 

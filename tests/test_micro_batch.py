@@ -34,9 +34,9 @@ def _collected(tmp_path, overrides) -> Experiment:
 
 
 def test_row_blocks_split_evenly_where_they_can_and_cover_every_row_once():
-    # the paper setting: 25,600 rows x 3 agents in blocks of <= 8,192 samples -> 10 blocks of 2,560 rows
-    blocks = micro_batch.row_blocks(25_600, 3, 8192)
-    assert len(blocks) == 10 and {len(range(25_600)[b]) for b in blocks} == {2560}
+    # the paper setting: 25,600 rows x 3 agents in blocks of <= 16,384 samples -> 5 blocks of 5,120 rows
+    blocks = micro_batch.row_blocks(25_600, 3, 16_384)
+    assert len(blocks) == 5 and {len(range(25_600)[b]) for b in blocks} == {5120}
     assert micro_batch.row_blocks(512, 3, 8192) == [slice(None)]  # fits: one pass
     assert micro_batch.row_blocks(512, 3, 0) == [slice(None)]  # off
     prime = micro_batch.row_blocks(101, 1, 10)  # no divisor within 2x the fewest blocks: equal but the last
@@ -80,10 +80,10 @@ def test_micro_batched_update_equals_the_one_pass_update(tmp_path, actor, num_mi
 
 
 @pytest.mark.parametrize("overrides, note", [
-    (["rollout_length=128"], "micro-batches: each mini-batch of 16,384 agent samples in 2 row blocks of <= 8,192 "
-                             "(ppo.micro_batch_size=8,192), gradients accumulated"),
+    (["rollout_length=256"], "micro-batches: each mini-batch of 32,768 agent samples in 2 row blocks of <= 16,384 "
+                             "(ppo.micro_batch_size=16,384), gradients accumulated"),
     (["rollout_length=64"], "micro-batches: none needed (a mini-batch is 8,192 agent samples <= "
-                            "ppo.micro_batch_size=8,192)"),
+                            "ppo.micro_batch_size=16,384)"),
     (["ppo.micro_batch_size=0"], "micro-batches: off (ppo.micro_batch_size=0)"),
 ])
 def test_run_header_and_summary_say_how_mini_batches_are_split(tmp_path, capsys, overrides, note):

@@ -68,7 +68,7 @@ class PPOConfig:
                                          "agents = (t, env, agent) triples as the reference (the rows they touch are "
                                          "evaluated whole, only the drawn agents carry loss weight)",
                               choices=["samples", "agents"])
-    micro_batch_size: int = opt(8192, "agent samples (rows x agents) per gradient-accumulation block: a larger "
+    micro_batch_size: int = opt(16384, "agent samples (rows x agents) per gradient-accumulation block: a larger "
                                       "mini-batch is evaluated in row blocks whose share-weighted gradients add up "
                                       "to the whole's (float rounding aside), so activations stay in cache "
                                       "(algos/micro_batch.py); 0 = the whole mini-batch in one pass", min=0)
