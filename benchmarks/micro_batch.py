@@ -2,14 +2,14 @@
 
 VMAS simple_spread, E = 1024, the MAPPO paper's settings (one mini-batch of 76,800 agent samples), each row in a
 fresh process, rows interleaved within each of `--rounds` rounds: MAPPO eager and compiled at every `--sizes`
-value (0 = one pass, the former behaviour), and the compiled Hyper-MAPPO rows (agent id; observation context,
-which trains as a forward / backward pair of graphs) at 0 and the default. Per row: update-only ms (the floor:
+value (0 = one pass, the config default), and the compiled Hyper-MAPPO rows (agent id; observation context,
+which trains as a forward / backward pair of graphs) at 0 and 16,384. Per row: update-only ms (the floor:
 `algo.update` on a filled buffer), env-steps/s end to end and peak RSS; per round, each size's update time over
 size 0's of the same path (> 1 = faster).
 
     python benchmarks/micro_batch.py --rounds 3
 
-Writes benchmarks/results/micro_batch.{json,md} (`--name` to change). The default size was chosen from
+Writes benchmarks/results/micro_batch.{json,md} (`--name` to change). An earlier sweep of sizes:
 `python benchmarks/micro_batch.py --rounds 3 --sizes 0,4096,8192,16384 --name micro_batch_sizes`.
 """
 
@@ -25,10 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from throughput import VARIANTS, case, machine, run_worker  # noqa: E402
 
-from hypermappo.config import PPOConfig  # noqa: E402
-
 RESULTS = HERE / "results"
-DEFAULT = PPOConfig().micro_batch_size
+DEFAULT = 16384  # the size the Hyper-MAPPO rows run at (the config default is 0, off: see the README)
 
 
 def rows_for(sizes: list[int], threads: int) -> list[dict]:
@@ -81,7 +79,7 @@ def main() -> int:
              f"`{meta['command']}` on {meta['cpu']} ({args.threads} threads), torch {meta['torch']}, load average "
              f"{meta['load_average_start']} at the start. VMAS simple_spread, E = 1024, T = 25, 10 epochs x 1 "
              f"mini-batch (76,800 agent samples), 64x64; fresh processes, rows interleaved; median of "
-             f"{args.rounds} rounds. Default ppo.micro_batch_size = {DEFAULT:,}.", "",
+             f"{args.rounds} rounds. Hyper-MAPPO rows at ppo.micro_batch_size = 0 and {DEFAULT:,}.", "",
              "| row | ppo.micro_batch_size | update-only ms | one pass / this (update), median [range] | "
              "env-steps/s | peak RSS MB |", "|---|---:|---:|---:|---:|---:|"]
     for t in table:

@@ -80,11 +80,12 @@ def test_micro_batched_update_equals_the_one_pass_update(tmp_path, actor, num_mi
 
 
 @pytest.mark.parametrize("overrides, note", [
-    (["rollout_length=256"], "micro-batches: each mini-batch of 32,768 agent samples in 2 row blocks of <= 16,384 "
-                             "(ppo.micro_batch_size=16,384), gradients accumulated"),
-    (["rollout_length=64"], "micro-batches: none needed (a mini-batch is 8,192 agent samples <= "
-                            "ppo.micro_batch_size=16,384)"),
-    (["ppo.micro_batch_size=0"], "micro-batches: off (ppo.micro_batch_size=0)"),
+    (["rollout_length=256", "ppo.micro_batch_size=16384"],
+     "micro-batches: each mini-batch of 32,768 agent samples in 2 row blocks of <= 16,384 (ppo.micro_batch_size=16,384), "
+     "gradients accumulated"),
+    (["rollout_length=64", "ppo.micro_batch_size=16384"],
+     "micro-batches: none needed (a mini-batch is 8,192 agent samples <= ppo.micro_batch_size=16,384)"),
+    ([], "micro-batches: off (ppo.micro_batch_size=0)"),  # the default
 ])
 def test_run_header_and_summary_say_how_mini_batches_are_split(tmp_path, capsys, overrides, note):
     from hypermappo.cli import main
@@ -97,10 +98,11 @@ def test_run_header_and_summary_say_how_mini_batches_are_split(tmp_path, capsys,
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["micro_batch"] == note
 
 
-def test_blocked_configs_are_off_by_default_and_refused_when_asked_for():
+def test_blocked_configs_say_why_and_refuse_an_explicit_size():
     base = ["actor=hyper", "hyper.context=obs", "hyper.alpha=0.1"]
     cfg = build_config("staghunt/default", base)
     assert micro_batch.blocker(cfg).startswith("hyper.alpha > 0 with a per-sample context")
+    cfg.ppo.micro_batch_size = 16  # as a policy group's own config could carry it
     assert micro_batch.describe(cfg, 512, 2).startswith("micro-batches: off (hyper.alpha > 0")
     with pytest.raises(UserError, match=r"ppo.micro_batch_size=4096 has no effect: micro-batches are off here: "
                                         r"hyper.alpha > 0"):

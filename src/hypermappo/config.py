@@ -68,10 +68,11 @@ class PPOConfig:
                                          "agents = (t, env, agent) triples as the reference (the rows they touch are "
                                          "evaluated whole, only the drawn agents carry loss weight)",
                               choices=["samples", "agents"])
-    micro_batch_size: int = opt(16384, "agent samples (rows x agents) per gradient-accumulation block: a larger "
-                                      "mini-batch is evaluated in row blocks whose share-weighted gradients add up "
-                                      "to the whole's (float rounding aside), so activations stay in cache "
-                                      "(algos/micro_batch.py); 0 = the whole mini-batch in one pass", min=0)
+    micro_batch_size: int = opt(0, "agent samples (rows x agents) per gradient-accumulation block: a larger "
+                                   "mini-batch is evaluated in row blocks whose share-weighted gradients add up to "
+                                   "the whole's (float rounding aside), with less memory (algos/micro_batch.py); "
+                                   "0 = the whole mini-batch in one pass (the default: blocks were not reliably "
+                                   "faster, benchmarks/micro_batch.py)", min=0)
     data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
     compile: str = opt("auto", "compiled training step (torch.compile): collection's policy forward and the whole "
