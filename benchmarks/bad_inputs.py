@@ -62,6 +62,8 @@ def cases(fx: dict[str, Path]) -> list[tuple[str, list[str]]]:
         ("compile: unknown value", [*t, "ppo.compile=yes"]),
         ("compile on with a GRU actor", [*t, "actor=rnn", "ppo.data_chunk_length=2", "ppo.compile=on"]),
         ("hyper.rank below auto (-1)", [*t, "actor=hyper", "hyper.rank=-2"]),
+        ("negative micro-batch size", [*t, "ppo.micro_batch_size=-1"]),
+        ("micro-batches with a GRU actor", [*t, "actor=rnn", "ppo.data_chunk_length=2", "ppo.micro_batch_size=64"]),
         # train: values
         ("nan learning rate", [*t, "ppo.lr_actor=nan"]),
         ("inf learning rate", [*t, "ppo.lr_critic=inf"]),
