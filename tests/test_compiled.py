@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from hypermappo import bool_masks, onednn_gemm
 from hypermappo import config as config_mod
-from hypermappo import onednn_gemm
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
 from hypermappo.errors import NonFiniteError, UserError
@@ -45,6 +45,17 @@ EQUAL_TOO = {
     # mini-batches of 14, 13 and 13 rows: the update's guard skipping must not run one shape's graph on another
     "mlp-uneven-mini-batches": ["actor=mlp", "ppo.num_mini_batch=3"],
 }
+
+
+@pytest.mark.parametrize("module, var, bad", [(onednn_gemm, "HYPERMAPPO_ONEDNN_GEMM", "yes"),
+                                              (bool_masks, "HYPERMAPPO_RECOMPUTE_MASKS", "on")])
+def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
+    """Each graph pass's environment switch (compiled.switch): 0 turns it off, anything but 0 or 1 is an error."""
+    monkeypatch.setenv(var, "0")
+    assert not module.enabled()
+    monkeypatch.setenv(var, bad)
+    with pytest.raises(UserError, match=f"{var}='{bad}': expected 0 or 1"):
+        module.enabled()
 
 
 def cfg_of(preset: str, overrides: list[str]):

@@ -84,10 +84,10 @@ class FusedMinibatchStep:
             return self.compiled(fields, idx, adv_mean, adv_std, lrs)
         if self.compiled_block is None:
             self.compiled_block, self.compiled_apply = self.compile_fn(self.block_step), self.compile_fn(self.apply)
-        mask = {k: fields[k] if idx is None else fields[k][idx] for k in ("active", "selected") if k in fields}
         grads = {n: torch.zeros_like(q) for n, q in self.trained()}
         losses = torch.zeros(len(self.stat_names))
-        for rows, weight in zip(blocks, micro_batch.block_weights(mask, blocks)):
+        weights = micro_batch.block_weights(select_rows({"active": fields["active"]}, idx), blocks)
+        for rows, weight in zip(blocks, weights):
             part = ({k: v[rows] for k, v in fields.items()}, None) if idx is None else (fields, idx[rows])
             grads, losses = self.compiled_block(*part, adv_mean, adv_std, weight, grads, losses)
         return self.compiled_apply(grads, losses, lrs)

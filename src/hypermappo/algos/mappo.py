@@ -194,15 +194,15 @@ class MAPPO:
             # actor and critic share no parameters, so one backward equals the reference's two
             (actor_loss + p.value_coef * value_loss).backward()
             return actor_loss, value_loss, stats
-        total = None
+        actor_sum, value_sum, stat_sums = 0.0, 0.0, {}
         for rows, weight in zip(blocks, micro_batch.block_weights(batch, blocks)):
             actor_loss, value_loss, stats = self._loss({k: v[rows] for k, v in batch.items()}, adv_mean, adv_std)
             (weight * (actor_loss + p.value_coef * value_loss)).backward()
-            part = [weight * actor_loss.detach(), weight * value_loss.detach(),
-                    {k: weight * v.detach() for k, v in stats.items()}]
-            total = part if total is None else [total[0] + part[0], total[1] + part[1],
-                                                {k: v + part[2][k] for k, v in total[2].items()}]
-        return tuple(total)
+            actor_sum = actor_sum + weight * actor_loss.detach()
+            value_sum = value_sum + weight * value_loss.detach()
+            for k, v in stats.items():
+                stat_sums[k] = stat_sums.get(k, 0.0) + weight * v.detach()
+        return actor_sum, value_sum, stat_sums
 
     def _finish_update(self, buf: RolloutBuffer, metrics: dict[str, float]) -> dict[str, float]:
         """After the last mini-batch step: the actor's end-of-update hook, and explained variance beside the means."""
@@ -226,7 +226,7 @@ class MAPPO:
                 # config), so they run on the update's first step of each shape, which recompiles if anything did
                 # change, and on every step whose micro-batch blocks differ in size (the guards pick each block's
                 # graph); skipped, they would run the graph of another shape
-                sizes = tuple(len(range(rows)[b]) for b in blocks)
+                sizes = micro_batch.block_sizes(rows, blocks)
                 with torch.compiler.set_stance(skip_guard_eval_unsafe=sizes in guarded and len(set(sizes)) == 1):
                     stats, finite, grads = self.fused(fields, idx, adv_mean, adv_std, lrs, blocks)
                 guarded.add(sizes)

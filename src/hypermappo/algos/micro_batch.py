@@ -47,7 +47,7 @@ def describe(cfg, rows: int, num_agents: int) -> str:
     samples = per * num_agents
     if len(blocks) == 1:
         return f"micro-batches: none needed (a mini-batch is {samples:,} agent samples <= ppo.micro_batch_size={size:,})"
-    biggest = max(len(range(per)[b]) for b in blocks) * num_agents
+    biggest = max(block_sizes(per, blocks)) * num_agents
     return (f"micro-batches: each mini-batch of {samples:,} agent samples in {len(blocks)} row blocks of <= "
             f"{biggest:,} (ppo.micro_batch_size={size:,}), gradients accumulated")
 
@@ -65,6 +65,11 @@ def row_blocks(rows: int, num_agents: int, size: int) -> list[slice]:
             step = rows // blocks
             return [slice(i, i + step) for i in range(0, rows, step)]
     return [slice(i, min(i + per, rows)) for i in range(0, rows, per)]
+
+
+def block_sizes(rows: int, blocks: list[slice]) -> tuple[int, ...]:
+    """The number of rows in each of `blocks` of a `rows`-row mini-batch."""
+    return tuple(len(range(rows)[b]) for b in blocks)
 
 
 def loss_mask(batch: dict) -> torch.Tensor:
