@@ -19,6 +19,7 @@ from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.experiment import Experiment
+from hypermappo.models import act_norm
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
 CPU = torch.device("cpu")
@@ -44,6 +45,10 @@ EQUAL_TOO = {
     "hyper-obs-micro": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"],
     # mini-batches of 14, 13 and 13 rows: the update's guard skipping must not run one shape's graph on another
     "mlp-uneven-mini-batches": ["actor=mlp", "ppo.num_mini_batch=3"],
+    # the hidden blocks' LayerNorm(act) C kernel (models/act_norm.py) inside the compiled graphs, against the eager
+    # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one)
+    "mlp-act-norm": ["actor=mlp"],
+    "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
 }
 
 
@@ -201,8 +206,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         monkeypatch.setattr(onednn_gemm, "MIN_ROWS", 1)
         monkeypatch.setattr(onednn_gemm.PASS, "uuid", lambda key=os.urandom(16): key)
     rewritten = onednn_gemm.PASS.rewritten
-    runs, graphs = {}, {}
+    runs, graphs, kernel_calls = {}, {}, {}
     for mode in ("off", "on"):
+        if actor.endswith("act-norm"):
+            monkeypatch.setattr(act_norm, "MIN_ROWS", 1 if mode == "on" else 10 ** 12)
+        before_calls = dict(act_norm.calls)
         torch._dynamo.reset()  # graphs of earlier tests in this process may fit these shapes: count this run's own
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         overrides = ACTORS.get(actor) or EQUAL_TOO[actor]
@@ -213,6 +221,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert exp.primary.compiled == (mode == "on")
         summary = exp.run()
         graphs[mode] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+        kernel_calls[mode] = {k: v - before_calls.get(k, 0) for k, v in act_norm.calls.items()}
         runs[mode] = (rows(tmp_path / mode), summary,
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
     (eager_rows, eager_summary, eager_ckpt), (comp_rows, comp_summary, comp_ckpt) = runs["off"], runs["on"]
@@ -241,6 +250,9 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "
             "gradients accumulated")
+    if actor.endswith("act-norm"):  # forward in collection and the update, backward in the update: compiled run only
+        assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
+        assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 

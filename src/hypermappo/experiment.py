@@ -52,6 +52,7 @@ from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.logging import RunLogger
+from hypermappo.models import act_norm
 from hypermappo.policies.groups import build_groups, evaluate_groups
 from hypermappo.run_lock import LOCK_FILE, RunDirLock
 from hypermappo.run_lock import holder as run_holder
@@ -274,6 +275,7 @@ class Experiment:
         if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
             self.env.compile_step(compile_fn)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
+        self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
         # ppo.micro_batch_size (algos/micro_batch.py): whether large mini-batches run in row blocks, and why not
         self.micro_notes = list(dict.fromkeys(g.learner.micro_note for g in self.groups
                                               if g.learner and hasattr(g.learner, "micro_note")))

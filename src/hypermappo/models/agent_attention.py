@@ -25,10 +25,6 @@ run's summary.json).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import torch
@@ -36,51 +32,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hypermappo.errors import UserError
+from hypermappo.models import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-_FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
 _MAX_STACK_BYTES = 1 << 16  # per-sample scratch lives on the stack: larger agent counts use the dense path
 _LIBRARIES: dict[tuple[int, int, int], ctypes.CDLL | str] = {}  # (agents, width, heads) -> library or why not
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("HYPERMAPPO_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
-        / "hypermappo"
-    return Path(root) / "kernels"
 
 
 def _build(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
     """Compile (or load the cached) kernel for these sizes; the reason as a string when it cannot."""
     if agents * 3 * width * 8 + 2 * agents * heads * 8 > _MAX_STACK_BYTES:
         return f"{agents} agents x width {width} exceeds the kernel's per-sample scratch"
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        return "no C compiler found (set CC)"
-    source = _SOURCE.read_bytes()
-    sizes = [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}"]
-    for openmp in (["-fopenmp"], []):  # OpenMP shares torch's libgomp; without it the kernel runs on one thread
-        flags = _FLAGS + sizes + openmp
-        digest = hashlib.sha256(source + " ".join([compiler, *flags]).encode()).hexdigest()[:16]
-        path = cache_dir() / f"agent_attention_{agents}x{width}x{heads}_{digest}.so"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel runs may build at once: publish atomically
-            try:
-                result = subprocess.run([compiler, *flags, str(_SOURCE), "-o", str(tmp), "-lm"],
-                                        capture_output=True, text=True)
-            except OSError as e:
-                return f"cannot run the C compiler {compiler!r}: {e.strerror or e}"
-            if result.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                reason = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
-                continue
-            os.replace(tmp, path)
-        lib = ctypes.CDLL(str(path))
+    lib = c_kernel.build(_SOURCE, f"agent_attention_{agents}x{width}x{heads}",
+                         [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}"])
+    if not isinstance(lib, str):
         for suffix in ("f32", "f64"):
             getattr(lib, f"attention_forward_{suffix}").restype = None
             getattr(lib, f"attention_backward_{suffix}").restype = None
-        return lib
-    return f"{compiler} failed: {reason}"
+    return lib
 
 
 def fused_library(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
@@ -90,8 +59,7 @@ def fused_library(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
     return _LIBRARIES[key]
 
 
-def _ptr(t: torch.Tensor) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
+_ptr = c_kernel.ptr
 
 
 def _real(dtype: torch.dtype):

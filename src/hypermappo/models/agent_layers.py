@@ -11,6 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.models import act_norm
+
 
 class AgentLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, groups: int = 1, gain: float = 1.0):
@@ -96,6 +98,9 @@ class AgentMLP(nn.Module):
         self.linears = nn.ModuleList()
         self.norms = nn.ModuleList()
         self.act = ACTIVATIONS[activation]()
+        self.activation = activation
+        # LayerNorm(act(.)) of the hidden blocks through one C kernel at large batches (act_norm.py)
+        self.fused_norms = layer_norm and groups == 1 and activation in act_norm.ACTS and act_norm.unavailable() is None
         d = in_dim
         for h in hidden_sizes:
             self.linears.append(AgentLinear(d, h, groups, gain))
@@ -113,7 +118,11 @@ class AgentMLP(nn.Module):
         if self.feature_norm is not None:
             x = self.feature_norm(x)
         for lin, norm in zip(self.linears, self.norms):
-            x = norm(self.act(lin(x)))
+            z = lin(x)
+            if self.fused_norms and act_norm.usable(z, self.activation):
+                x = act_norm.act_norm(z, norm.weight[0], norm.bias[0], self.activation, norm.eps)
+            else:
+                x = norm(self.act(z))
         return x
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None, reset: torch.Tensor | None = None,

@@ -1,0 +1,70 @@
+"""Building the library's small C kernels (agent_attention.c, act_norm.c) with the system C compiler, cached.
+
+Each kernel is compiled on first use for its compile-time settings and kept under `$HYPERMAPPO_CACHE` (default
+~/.cache/hypermappo) as a shared library named by a digest of its source, compiler and flags, so a changed kernel
+or flag rebuilds and parallel runs publish the file atomically. A kernel that cannot be built gives the reason as a
+string, and its caller takes its PyTorch path instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("HYPERMAPPO_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "hypermappo"
+    return Path(root) / "kernels"
+
+
+def cpu_identity() -> bytes:
+    """What a `-march=native` build depends on (a cache shared between machines must not hand one CPU's build to
+    another): the CPU's model and feature flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        import platform
+
+        return platform.processor().encode()
+    return "\n".join(dict.fromkeys(ln for ln in lines if ln.startswith(("model name", "flags")))).encode()
+
+
+def build(source: Path, stem: str, flags: list[str]) -> ctypes.CDLL | str:
+    """Compile `source` with `flags` (or load the cached build); the reason as a string when it cannot. OpenMP is
+    tried first (it shares torch's libgomp); without it the kernel runs on one thread."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        return "no C compiler found (set CC)"
+    text = source.read_bytes()
+    native = cpu_identity() if "-march=native" in flags else b""
+    reason = "unknown error"
+    for openmp in (["-fopenmp"], []):
+        all_flags = FLAGS + flags + openmp
+        digest = hashlib.sha256(text + native + " ".join([compiler, *all_flags]).encode()).hexdigest()[:16]
+        path = cache_dir() / f"{stem}_{digest}.so"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel runs may build at once: publish atomically
+            try:
+                result = subprocess.run([compiler, *all_flags, str(source), "-o", str(tmp), "-lm"],
+                                        capture_output=True, text=True)
+            except OSError as e:
+                return f"cannot run the C compiler {compiler!r}: {e.strerror or e}"
+            if result.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                reason = (result.stderr.strip().splitlines() or ["unknown error"])[-1]
+                continue
+            os.replace(tmp, path)
+        return ctypes.CDLL(str(path))
+    return f"{compiler} failed: {reason}"
+
+
+def ptr(t) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr())
