@@ -49,6 +49,8 @@ EQUAL_TOO = {
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one)
     "mlp-act-norm": ["actor=mlp"],
     "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
+    "hyper-id-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # generated layers too
+    "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # the three-graph step
 }
 
 
@@ -229,7 +231,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # compiled: the policy step and the whole mini-batch step (gather, loss, gradients, clipping, Adam); with the
     # fused attention kernel (which torch.func cannot differentiate) the loss, the clipping and one Adam graph per
     # optimiser; eager: none
-    assert graphs == {"off": 0, "on": {"hyper-obs-last": 5, "hyper-obs-micro": 5, "mlp-micro": 3,
+    assert graphs == {"off": 0, "on": {"hyper-obs-last": 5, "hyper-obs-micro": 5, "hyper-obs-act-norm": 5, "mlp-micro": 3,
                                       "mlp-uneven-mini-batches": 3}.get(actor, 2)}, graphs
     for e, c in zip(eager_rows, comp_rows):
         assert e.keys() == c.keys()

@@ -4,6 +4,7 @@ where AgentMLP takes it (agent_layers.py)."""
 C = "src/hypermappo/models/act_norm.c"
 PY = "src/hypermappo/models/act_norm.py"
 LAYERS = "src/hypermappo/models/agent_layers.py"
+HYPER = "src/hypermappo/models/hyper.py"
 T = "tests/test_act_norm.py"
 MATHS = f"{T}::test_kernel_matches_the_composition_and_its_gradients"
 F32 = f"{T}::test_float32_kernel_is_repeatable_and_close_to_aten"
@@ -57,4 +58,14 @@ def mutations(M):
           "and z.numel() > MIN_ROWS * z.shape[-1])",
           (f"{T}::test_mlp_takes_the_kernel_from_min_rows_and_computes_the_same",),
           "MIN_ROWS rows themselves left to the composition"),
+        M("act_norm_block_bias_is_weight", LAYERS,
+          "act_norm.act_norm(z, norm.weight[0], norm.bias[0], self.activation, norm.eps)",
+          "act_norm.act_norm(z, norm.weight[0], norm.weight[0], self.activation, norm.eps)",
+          (f"{T}::test_mlp_takes_the_kernel_from_min_rows_and_computes_the_same",),
+          "the LayerNorm's weight passed as its bias too"),
+        M("hyper_block_without_activation", HYPER,
+          "        return trunk.block(i, z)\n",
+          "        return trunk.norms[i](z)\n",
+          ("tests/test_hyper.py", "tests/test_hyper_critic.py"),
+          "the agent-major hidden blocks of Hyper-MAPPO (shared LayerNorm) skip the activation"),
     ]

@@ -117,13 +117,17 @@ class AgentMLP(nn.Module):
     def hidden_layers(self, x: torch.Tensor) -> torch.Tensor:
         if self.feature_norm is not None:
             x = self.feature_norm(x)
-        for lin, norm in zip(self.linears, self.norms):
-            z = lin(x)
-            if self.fused_norms and act_norm.usable(z, self.activation):
-                x = act_norm.act_norm(z, norm.weight[0], norm.bias[0], self.activation, norm.eps)
-            else:
-                x = norm(self.act(z))
+        for i, lin in enumerate(self.linears):
+            x = self.block(i, lin(x))
         return x
+
+    def block(self, i: int, z: torch.Tensor) -> torch.Tensor:
+        """The rest of hidden block i after its linear layer: LayerNorm(act(z)) (act(z) without LayerNorm), through
+        the act_norm kernel where it pays; any layout with features last (shared LayerNorm weights)."""
+        norm = self.norms[i]
+        if self.fused_norms and act_norm.usable(z, self.activation):
+            return act_norm.act_norm(z, norm.weight[0], norm.bias[0], self.activation, norm.eps)
+        return norm(self.act(z))
 
     def forward(self, x: torch.Tensor, h: torch.Tensor | None = None, reset: torch.Tensor | None = None,
                 sequence: bool = False):

@@ -139,8 +139,8 @@ class HyperCritic(Critic):
         gens = [{k: v[0] for k, v in g.items()} for g in gens]
         lead = x.shape[:-2]
         x = x.reshape(-1, n, x.shape[-1]).transpose(0, 1).contiguous()  # [N, B, C]
-        for lin, norm, gen in zip(t.linears, t.norms, gens):
-            x = HyperActor._agent_major_norm(norm, t.act(HyperActor._agent_major_layer(lin, x, gen)))
+        for i, (lin, gen) in enumerate(zip(t.linears, gens)):
+            x = HyperActor._agent_major_block(t, i, HyperActor._agent_major_layer(lin, x, gen))
         values = HyperActor._agent_major_layer(self.head, x, gens[-1])  # [N, B, 1]
         return values.squeeze(-1).transpose(0, 1).reshape(*lead, n), None
 

@@ -388,10 +388,14 @@ class HyperActor(MLPActor):
         return torch.baddbmm(b.unsqueeze(1), x, W)
 
     @staticmethod
-    def _agent_major_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(norm, AgentLayerNorm) and norm.groups > 1:  # per-agent affine: [N, F] -> [N, 1, F]
-            return F.layer_norm(x, (norm.features,), eps=norm.eps) * norm.weight.unsqueeze(1) + norm.bias.unsqueeze(1)
-        return norm(x)  # shared LayerNorm or Identity: layout-agnostic
+    def _agent_major_block(trunk, i: int, z: torch.Tensor) -> torch.Tensor:
+        """Hidden block i after its linear layer, in the agent-major layout [N, B, F]: a per-agent LayerNorm's
+        affine [N, F] as [N, 1, F]; a shared one (or none) is layout-agnostic (AgentMLP.block)."""
+        norm = trunk.norms[i]
+        if isinstance(norm, AgentLayerNorm) and norm.groups > 1:
+            u = F.layer_norm(trunk.act(z), (norm.features,), eps=norm.eps)
+            return u * norm.weight.unsqueeze(1) + norm.bias.unsqueeze(1)
+        return trunk.block(i, z)
 
     def _static_layers(self, x: torch.Tensor, by_layer: dict, scales: list) -> torch.Tensor:
         """x [..., N, in] -> logits [..., N, A] in the agent-major layout [N, B, ...]: only the input and the
@@ -399,8 +403,8 @@ class HyperActor(MLPActor):
         t = self.trunk
         lead, n = x.shape[:-2], x.shape[-2]
         x = x.reshape(-1, n, x.shape[-1]).transpose(0, 1).contiguous()  # [N, B, in]
-        for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
-            x = self._agent_major_norm(norm, t.act(self._agent_major_layer(lin, x, by_layer.get(i))))
+        for i, lin in enumerate(t.linears):
+            x = self._agent_major_block(t, i, self._agent_major_layer(lin, x, by_layer.get(i)))
             if scales:
                 x = x * scales[i].unsqueeze(1)  # per agent [N, units]
         logits = self._agent_major_layer(self.head, x, by_layer.get(len(t.linears)))  # [N, B, A]
@@ -429,8 +433,8 @@ class HyperActor(MLPActor):
             logits = self._static_layers(x, by_layer, scales)
         else:
             generator = dict(zip(self.generated, self.hyper.generators))
-            for i, (lin, norm) in enumerate(zip(t.linears, t.norms)):
-                x = norm(t.act(self._apply_layer(lin, x, by_layer.get(i), generator.get(i))))
+            for i, lin in enumerate(t.linears):
+                x = t.block(i, self._apply_layer(lin, x, by_layer.get(i), generator.get(i)))
                 if scales:
                     x = x * scales[i]
             n = len(t.linears)
@@ -538,7 +542,7 @@ class HyperActor(MLPActor):
             else:
                 x = self._counted_layer(lin, x, by_layer.get(i), per_step)
             if i < n:
-                x = t.norms[i](t.act(x))
+                x = t.block(i, x)
                 if scales:
                     x = x * scales[i]
         dist = make_dist(self.action_space, x, available, self.log_std)
