@@ -73,10 +73,9 @@ class MAPPO:
             from hypermappo.algos.fused_step import FusedMinibatchStep
             from hypermappo.compiled import compile_fn
 
-            # mini-batches of drawn agents vary in size, and torch.func cannot differentiate the fused attention
-            # kernel's custom op: there the step stays three graphs (loss forward + backward, clipping, Adam)
-            if (self.recurrent or (p.minibatch_over == "agents" and p.num_mini_batch > 1)
-                    or actor.describe().get("attention_kernel") == "fused"):
+            # mini-batches of drawn agents vary in size: there the step stays three graphs (loss forward + backward,
+            # clipping, Adam)
+            if self.recurrent or (p.minibatch_over == "agents" and p.num_mini_batch > 1):
                 self._loss, self._clip = compile_fn(self.loss), compile_fn(self.clip_gradients)
                 if not p.lr_decay:
                     self._step = compile_fn(self.optimizer_step)

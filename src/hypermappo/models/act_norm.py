@@ -5,18 +5,18 @@ At the MAPPO paper's setting (76,800 agent samples x 64 features per mini-batch)
 than this CPU's caches, so the hidden blocks' cost is memory traffic. Composed from ATen kernels (eager) or as
 Inductor generates it (`ppo.compile`), the block's backward walks those activations three or four times: the column
 sums of the LayerNorm's affine gradients (Inductor: a separate pass per 16 columns), the row statistics, the input
-gradient, the activation's mask. The kernel reads each row once per direction; measured at 76,800 x 64 on 2 cores
-(benchmarks/act_norm.py): forward and backward together ~3.4 ms against ~8-10 ms for ATen's.
+gradient, the activation's mask. The kernel reads each row once per direction (benchmarks/act_norm.py times it
+against both, alone and inside MAPPO's update).
 
-It is a registered torch custom op with an autograd formula and shape-only fake versions, so a compiled update keeps
-it as one opaque call (its neighbours are matrix products, which Inductor does not fuse into anyway), and eager runs
-take the same op: a compiled run and an eager run compute these layers identically. The per-thread column sums are
-added in thread order, so a run with the same thread count is bitwise repeatable.
+It is a torch op with a shape-only fake version and an autograd.Function formula (c_kernel.define_op), so a compiled
+update keeps it as one opaque call inside its graph, the one-graph step included (its neighbours are matrix
+products, which Inductor does not fuse into anyway), and eager runs take the same op. The per-thread column sums
+are added in thread order, so a run with the same thread count is bitwise repeatable.
 
 Used for shared-weight blocks (`groups=1`) on CPU in float32/float64 from `MIN_ROWS` rows; below that (collection's
-per-step forward, small mini-batches) the op's Python dispatch costs more than the passes it saves, and the ATen /
-Inductor composition runs. `HYPERMAPPO_ACT_NORM=0` turns it off (side-by-side timing); a kernel that cannot be built
-(no C compiler) leaves the composition in place, reported by `status()`.
+per-step forward, small mini-batches) the op's Python dispatch costs about what its passes save and Inductor's
+fused kernels beat it, and the ATen / Inductor composition runs. `HYPERMAPPO_ACT_NORM=0` turns it off (side-by-side
+timing); a kernel that cannot be built (no C compiler) leaves the composition in place, reported by `status()`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 from hypermappo.models import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-MIN_ROWS = 8192  # benchmarks/act_norm.py: from here on the kernel beats the composition with its dispatch cost
+MIN_ROWS = 16_384  # benchmarks/act_norm.py: from about here on the kernel beats the composition, dispatch included
 ACTS = {"relu": 0, "tanh": 1}
 _LIBRARY: dict[str, ctypes.CDLL | str] = {}  # "f32" / "f64" -> library or why not
 calls = Counter()  # kernel calls in this process, "forward" / "backward" (tests see where it ran, e.g. in a graph)
@@ -56,16 +56,6 @@ def _lib(t: torch.Tensor) -> ctypes.CDLL:
     if isinstance(lib, str):  # `usable` only takes the op once the kernel is built; a direct call may not
         raise RuntimeError(f"the act_norm kernel: {lib}")
     return lib
-
-
-# Two ops defined with torch.library's low-level API: a CPU kernel, a shape-only fake for tracing, and an Autograd
-# fallthrough, as `_ActNorm` below is their autograd formula. (A `custom_op`'s own autograd wrapper is an
-# autograd.Function that torch.func refuses to run, and the one-graph compiled step differentiates with
-# torch.func.grad, algos/fused_step.py.)
-_OPS = torch.library.Library("hypermappo", "FRAGMENT")
-_OPS.define("act_norm(Tensor z, Tensor weight, Tensor bias, int act, float eps) -> (Tensor, Tensor, Tensor)")
-_OPS.define("act_norm_backward(Tensor grad_h, Tensor z, Tensor weight, Tensor mean, Tensor rstd, int act) "
-            "-> (Tensor, Tensor, Tensor)")
 
 
 def _forward_cpu(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, act: int, eps: float):
@@ -97,38 +87,18 @@ def _backward_cpu(grad_h: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, m
     return grad_z, grad_w, grad_b
 
 
-def _no_autograd(name: str):
-    """The ops' Autograd kernel: below autograd as they are, but an error if anything would differentiate them other
-    than through `_ActNorm` (a silent fallthrough would make their gradients zero)."""
-    def kernel(keyset, *args):
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            raise RuntimeError(f"hypermappo::{name} is differentiated only through act_norm.act_norm (_ActNorm)")
-        return getattr(torch.ops.hypermappo, name).default.redispatch(keyset & torch._C._after_autograd_keyset, *args)
-    return kernel
-
-
-_OPS.impl("act_norm", _forward_cpu, "CPU")
-_OPS.impl("act_norm", _no_autograd("act_norm"), "Autograd", with_keyset=True)
-_OPS.impl("act_norm_backward", _backward_cpu, "CPU")
-_OPS.impl("act_norm_backward", torch.library.fallthrough_kernel, "Autograd")  # no second derivative
-
-
-@torch.library.register_fake("hypermappo::act_norm")
-def _(z, weight, bias, act, eps):
-    return torch.empty_like(z), z.new_empty(z.shape[0]), z.new_empty(z.shape[0])
-
-
-@torch.library.register_fake("hypermappo::act_norm_backward")
-def _(grad_h, z, weight, mean, rstd, act):
-    return torch.empty_like(z), weight.new_empty(weight.shape), weight.new_empty(weight.shape)
-
-
-act_norm_op = torch.ops.hypermappo.act_norm.default
-act_norm_backward_op = torch.ops.hypermappo.act_norm_backward.default
+act_norm_op = c_kernel.define_op(
+    "act_norm", "(Tensor z, Tensor weight, Tensor bias, int act, float eps) -> (Tensor, Tensor, Tensor)", _forward_cpu,
+    lambda z, weight, bias, act, eps: (torch.empty_like(z), z.new_empty(z.shape[0]), z.new_empty(z.shape[0])))
+act_norm_backward_op = c_kernel.define_op(
+    "act_norm_backward", "(Tensor grad_h, Tensor z, Tensor weight, Tensor mean, Tensor rstd, int act) "
+    "-> (Tensor, Tensor, Tensor)", _backward_cpu,
+    lambda grad_h, z, weight, mean, rstd, act: (torch.empty_like(z), weight.new_empty(weight.shape),
+                                                weight.new_empty(weight.shape)), backward_op=True)
 
 
 class _ActNorm(torch.autograd.Function):
-    """The ops' autograd formula, in the form torch.func differentiates (a separate `setup_context`)."""
+    """The ops' autograd formula (c_kernel.define_op: the form torch.func differentiates)."""
 
     @staticmethod
     def forward(z, weight, bias, act, eps):

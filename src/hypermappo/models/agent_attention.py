@@ -9,8 +9,9 @@ against it):
 - `fused`: a small C kernel (`agent_attention.c`) that computes scores, softmax and the weighted sum of values,
   and their gradients, in one pass per sample. It is compiled on first use with the system C compiler, for the
   given (agents, width, heads), and cached (`$HYPERMAPPO_CACHE`, default ~/.cache/hypermappo); CPU only. It is
-  registered as two torch custom ops (forward, backward) with an autograd formula and shape-only fake versions,
-  so `torch.compile` (`ppo.compile`) keeps it as one call inside the graph, with no graph break.
+  two torch ops (forward, backward) with shape-only fake versions and an autograd.Function formula
+  (c_kernel.define_op), so `torch.compile` (`ppo.compile`) keeps it as one call inside the graph, with no graph
+  break, and torch.func differentiates it (the one-graph compiled step).
 - `dense`: pure PyTorch, every step one elementwise op or one dense matmul over all (query, key) pairs. Used on
   CUDA, for dtypes other than float32/float64, and wherever the kernel cannot be built.
 
@@ -73,11 +74,11 @@ def _library(agents: int, width: int, heads: int) -> ctypes.CDLL:
     return lib
 
 
-# The C kernel as two torch custom ops with a registered autograd formula and fake (shape-only) implementations:
-# Dynamo and Inductor treat each as one opaque call inside the graph, so a compiled actor keeps the fused kernel
-# with no graph break (`ppo.compile`), and eager runs take the same ops.
-@torch.library.custom_op("hypermappo::agent_attention", mutates_args=())
-def fused_attention_op(qkv: torch.Tensor, alive: torch.Tensor | None, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+# The C kernel as two torch ops with fake (shape-only) implementations and an autograd.Function formula
+# (c_kernel.define_op): Dynamo and Inductor treat each as one opaque call inside the graph, so a compiled actor keeps
+# the fused kernel with no graph break (`ppo.compile`), torch.func differentiates it (the one-graph compiled step),
+# and eager runs take the same ops.
+def _forward_cpu(qkv: torch.Tensor, alive: torch.Tensor | None, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """qkv [B, N, 3E], alive [B, N] bool or None -> (attention output [B, N, E], weights [B, N, heads, N])."""
     qkv = qkv.contiguous()
     b, n, e3 = qkv.shape
@@ -94,15 +95,7 @@ def fused_attention_op(qkv: torch.Tensor, alive: torch.Tensor | None, heads: int
     return out, weights
 
 
-@fused_attention_op.register_fake
-def _(qkv, alive, heads):
-    b, n, e3 = qkv.shape
-    return qkv.new_empty(b, n, e3 // 3), qkv.new_empty(b, n, heads, n)
-
-
-@torch.library.custom_op("hypermappo::agent_attention_backward", mutates_args=())
-def fused_attention_backward_op(qkv: torch.Tensor, weights: torch.Tensor, grad_out: torch.Tensor,
-                                heads: int) -> torch.Tensor:
+def _backward_cpu(qkv: torch.Tensor, weights: torch.Tensor, grad_out: torch.Tensor, heads: int) -> torch.Tensor:
     """Gradient of the attention output w.r.t. qkv (the weights are the forward's softmax, saved)."""
     qkv, weights, grad_out = qkv.contiguous(), weights.contiguous(), grad_out.contiguous()
     b, n, e3 = qkv.shape
@@ -115,29 +108,41 @@ def fused_attention_backward_op(qkv: torch.Tensor, weights: torch.Tensor, grad_o
     return grad_qkv
 
 
-@fused_attention_backward_op.register_fake
-def _(qkv, weights, grad_out, heads):
-    return torch.empty_like(qkv)
+def _forward_fake(qkv, alive, heads):
+    b, n, e3 = qkv.shape
+    return qkv.new_empty(b, n, e3 // 3), qkv.new_empty(b, n, heads, n)
 
 
-def _attention_setup_context(ctx, inputs, output):
-    qkv, _, heads = inputs
-    ctx.save_for_backward(qkv, output[1])
-    ctx.heads = heads
-    ctx.mark_non_differentiable(output[1])
+fused_attention_op = c_kernel.define_op(
+    "agent_attention", "(Tensor qkv, Tensor? alive, int heads) -> (Tensor, Tensor)", _forward_cpu, _forward_fake)
+fused_attention_backward_op = c_kernel.define_op(
+    "agent_attention_backward", "(Tensor qkv, Tensor weights, Tensor grad_out, int heads) -> Tensor", _backward_cpu,
+    lambda qkv, weights, grad_out, heads: torch.empty_like(qkv), backward_op=True)
 
 
-def _attention_backward(ctx, grad_out, _grad_weights):
-    qkv, weights = ctx.saved_tensors
-    return fused_attention_backward_op(qkv, weights, grad_out, ctx.heads), None, None
+class _Attention(torch.autograd.Function):
+    """The ops' autograd formula: the gradient w.r.t. qkv (none for the alive mask or the weights output)."""
 
+    @staticmethod
+    def forward(qkv, alive, heads):
+        return fused_attention_op(qkv, alive, heads)
 
-fused_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        qkv, _alive, heads = inputs
+        ctx.save_for_backward(qkv, output[1])
+        ctx.heads = heads
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_weights):
+        qkv, weights = ctx.saved_tensors
+        return fused_attention_backward_op(qkv, weights, grad_out, ctx.heads), None, None
 
 
 def fused_attention(qkv: torch.Tensor, heads: int, alive: torch.Tensor | None = None) -> torch.Tensor:
     """qkv [B, N, 3E] (alive [B, N] bool or None) -> [B, N, E] through the C kernel (gradient w.r.t. qkv only)."""
-    return fused_attention_op(qkv, alive, heads)[0]
+    return _Attention.apply(qkv, alive, heads)[0]
 
 
 def dense_attention(qkv: torch.Tensor, heads: int, alive: torch.Tensor | None = None) -> torch.Tensor:
