@@ -8,7 +8,8 @@ time-to-result preset's mini-batch (9,600 x 3 agents), the MAPPO paper's mini-ba
           of z, weight and bias), as a training step runs it; width 64, ReLU, float32, the process's torch threads.
   update  MAPPO's update in fresh processes with HYPERMAPPO_ACT_NORM=1 and =0 alternately (`--update-rounds`
           pairs), eager and compiled, on MPE simple_spread at E = 128 (the time-to-result preset: 9,600 agent samples
-          per mini-batch) and on VMAS simple_spread at E = 1024 (the MAPPO paper's 76,800).
+          per mini-batch, below MIN_ROWS, so a control: both arms run the same code) and on VMAS simple_spread at
+          E = 1024 (the MAPPO paper's 76,800).
 
     python benchmarks/act_norm.py --rounds 5 --update-rounds 2
 
@@ -136,8 +137,10 @@ def main(argv=None) -> int:
             on = statistics.median(p["on"]["update_s"] for p in u["pairs"]) * 1e3
             off = statistics.median(p["off"]["update_s"] for p in u["pairs"]) * 1e3
             r = [p["update_off_over_on"] for p in u["pairs"]]
-            lines.append(f"| {u['mode']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,} | {on:,.0f} | {off:,.0f} | "
-                         f"{statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}] |")
+            control = " (below MIN_ROWS: both run the composition, so this pair measures the machine's noise)" \
+                if u["rows"] < act_norm.MIN_ROWS else ""
+            lines.append(f"| {u['mode']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,}{control} | {on:,.0f} | "
+                         f"{off:,.0f} | {statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}] |")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
