@@ -49,7 +49,7 @@ def mutations(M):
           (MATHS,),
           "the backward always takes ReLU's derivative"),
         M("kernel_op_autograd_fallthrough", "src/hypermappo/models/c_kernel.py",
-          '_OPS.impl(name, _refuse_autograd(name), "Autograd", with_keyset=True)',
+          '_OPS.impl(name, _refuse_autograd(op), "Autograd", with_keyset=True)',
           '_OPS.impl(name, torch.library.fallthrough_kernel, "Autograd")',
           (f"{T}::test_the_op_refuses_to_be_differentiated_directly",
            "tests/test_compiled.py::test_fused_attention_custom_op_is_registered_correctly"),

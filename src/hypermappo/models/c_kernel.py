@@ -15,6 +15,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import torch
+
 FLAGS = ["-O3", "-std=gnu11", "-shared", "-fPIC"]
 
 
@@ -74,19 +76,17 @@ def ptr(t) -> ctypes.c_void_p:
 # custom_op differentiates itself through an autograd.Function of its own that torch.func refuses to run, and the
 # one-graph compiled step takes its gradients with torch.func.grad (algos/fused_step.py). Here an op has no
 # autograd formula; its caller's autograd.Function (with a separate `setup_context`, the form torch.func runs) is it.
-_OPS = None
+_OPS = torch.library.Library("hypermappo", "FRAGMENT")
 
 
-def _refuse_autograd(name: str):
+def _refuse_autograd(op):
     """A forward op's Autograd kernel: below autograd as it is, but an error if anything would differentiate it
     other than through its autograd.Function (a silent fallthrough gives zero gradients, e.g. where a compiler
     inlines the Function's forward)."""
-    import torch
-
     def kernel(keyset, *args):
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            raise RuntimeError(f"hypermappo::{name} is differentiated only through its autograd.Function")
-        return getattr(torch.ops.hypermappo, name).default.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+            raise RuntimeError(f"{op.name()} is differentiated only through its autograd.Function")
+        return op.redispatch(keyset & torch._C._after_autograd_keyset, *args)
     return kernel
 
 
@@ -94,16 +94,12 @@ def define_op(name: str, schema: str, cpu, fake, backward_op: bool = False):
     """The op `hypermappo::<name><schema>`: `cpu` computes it (calling a C kernel), `fake` gives shapes only (for
     tracing); a forward op refuses other differentiation (see `_refuse_autograd`), a backward op falls through
     autograd (no second derivative). Returns the op's default overload."""
-    import torch
-
-    global _OPS
-    if _OPS is None:
-        _OPS = torch.library.Library("hypermappo", "FRAGMENT")
     _OPS.define(name + schema)
+    op = getattr(torch.ops.hypermappo, name).default
     _OPS.impl(name, cpu, "CPU")
     if backward_op:
         _OPS.impl(name, torch.library.fallthrough_kernel, "Autograd")
     else:
-        _OPS.impl(name, _refuse_autograd(name), "Autograd", with_keyset=True)
-    torch.library.register_fake(f"hypermappo::{name}", fake, lib=_OPS)
-    return getattr(torch.ops.hypermappo, name).default
+        _OPS.impl(name, _refuse_autograd(op), "Autograd", with_keyset=True)
+    torch.library.register_fake(op, fake, lib=_OPS)
+    return op
