@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypermappo import bool_masks, onednn_gemm
+from hypermappo import bool_masks, onednn_gemm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
@@ -50,11 +50,15 @@ EQUAL_TOO = {
     "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
     "hyper-id-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # generated layers too
     "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
+    # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 4,096 rows)
+    "mlp-weight-grad": ["actor=mlp"],
+    "hyper-obs-weight-grad": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
 }
 
 
 @pytest.mark.parametrize("module, var, bad", [(onednn_gemm, "HYPERMAPPO_ONEDNN_GEMM", "yes"),
-                                              (bool_masks, "HYPERMAPPO_RECOMPUTE_MASKS", "on")])
+                                              (bool_masks, "HYPERMAPPO_RECOMPUTE_MASKS", "on"),
+                                              (weight_grad, "HYPERMAPPO_WEIGHT_GRAD", "true")])
 def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
     """Each graph pass's environment switch (compiled.switch): 0 turns it off, anything but 0 or 1 is an error."""
     monkeypatch.setenv(var, "0")
@@ -218,7 +222,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     if actor == "mlp-onednn":  # a key no cached graph has (a graph from the cache would skip the pass)
         monkeypatch.setattr(onednn_gemm, "MIN_ROWS", 1)
         monkeypatch.setattr(onednn_gemm.PASS, "uuid", lambda key=os.urandom(16): key)
-    rewritten = onednn_gemm.PASS.rewritten
+    if actor.endswith("weight-grad"):
+        monkeypatch.setattr(weight_grad, "MIN_ROWS", 1)
+        monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
+    rewritten, rewritten_wg = onednn_gemm.PASS.rewritten, weight_grad.PASS.rewritten
     runs, graphs, kernel_calls = {}, {}, {}
     for mode in ("off", "on"):
         if actor.endswith("act-norm"):
@@ -258,6 +265,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" not in eager_summary
     if actor == "mlp-onednn":
         assert onednn_gemm.PASS.rewritten - rewritten == 18  # every row-major product of the graphs
+    if actor.endswith("weight-grad"):  # every weight gradient of the mini-batch step's graph
+        assert weight_grad.PASS.rewritten - rewritten_wg == {"mlp-weight-grad": 6, "hyper-obs-weight-grad": 11}[actor]
     if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "

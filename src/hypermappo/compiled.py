@@ -88,7 +88,7 @@ def configure() -> None:
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
-    from hypermappo import bool_masks, onednn_gemm
+    from hypermappo import bool_masks, onednn_gemm, weight_grad
 
     # every Experiment in a process (tests, in-process sweeps) recompiles the same functions for its own modules;
     # past the limit Dynamo would silently run them eager, so the limit is raised and hitting it is an error
@@ -104,8 +104,9 @@ def configure() -> None:
     # (tanh networks' forward and recomputed backward spent more time in it than in their matmuls); same values to
     # float rounding
     inductor.cpp.use_decompose_tanh = True
-    # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py)
-    inductor.post_grad_custom_post_pass = onednn_gemm.PASS if onednn_gemm.enabled() else None
+    # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py), weight gradients over many rows
+    # through a C kernel (see weight_grad.py)
+    inductor.post_grad_custom_post_pass = [m.PASS for m in (onednn_gemm, weight_grad) if m.enabled()] or None
     # a forward / backward pair of graphs saves no bool mask for the backward (see bool_masks.py)
     inductor.joint_custom_post_pass = bool_masks.PASS if bool_masks.enabled() else None
 

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from hypermappo import config as config_mod
+from hypermappo import weight_grad
 from hypermappo.algos.death import bootstrap_mask, transition_targets
 from hypermappo.compiled import compile_fn
 from hypermappo.diagnostics import DeadComponentError
@@ -276,6 +277,8 @@ class Experiment:
             self.env.compile_step(compile_fn)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
         self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
+        if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)
+            self.summary_extra["weight_grad"] = weight_grad.status()
         # ppo.micro_batch_size (algos/micro_batch.py): whether large mini-batches run in row blocks, and why not
         self.micro_notes = list(dict.fromkeys(g.learner.micro_note for g in self.groups
                                               if g.learner and hasattr(g.learner, "micro_note")))

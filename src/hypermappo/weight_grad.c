@@ -1,0 +1,95 @@
+/* c [m, n] = a [K, m]^T b [K, n] for a long reduction (K rows, tens of thousands) into a small matrix (m, n <= 64):
+ * the weight gradient of a linear layer over a large batch. See weight_grad.py for why.
+ *
+ * Each thread takes a contiguous run of rows and accumulates its own m x n partial in float; the partials are added
+ * in thread order, so a thread count gives the same bits every time. The rows go through in tiles of KT: per tile, a
+ * register block of MR rows of c x 4 vectors of 16 columns takes one product per row of the tile. The columns are
+ * the wider of (m, n) in whole vectors (`wgrad` transposes the problem when that is m); a tile of b whose width is
+ * not a whole number of vectors is copied, zero-padded, into a buffer first.
+ */
+#include <string.h>
+#include <omp.h>
+
+#define KT 256
+#define MR 6
+#define MAX_WIDTH 64
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+static inline v16 load(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void store(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+
+/* partial [threads, m, np]: each thread's sums, np = n rounded up to whole vectors */
+static void partial_sums(const float *a, const float *b, long K, long m, long n, int threads, float *partial) {
+    long nv = (n + 15) / 16, np = nv * 16;
+    memset(partial, 0, sizeof(float) * (size_t)threads * (size_t)(m * np));
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        long k0 = K * t / nt, k1 = K * (t + 1) / nt;
+        float *c = partial + (long)t * m * np;
+        float padded[KT * MAX_WIDTH];
+        for (long kb = k0; kb < k1; kb += KT) {
+            long kt = k1 - kb < KT ? k1 - kb : KT;
+            const float *bs = b + kb * n;
+            long bstride = n;
+            if (n != np) {
+                for (long k = 0; k < kt; k++) {
+                    memcpy(padded + k * np, bs + k * n, sizeof(float) * (size_t)n);
+                    memset(padded + k * np + n, 0, sizeof(float) * (size_t)(np - n));
+                }
+                bs = padded;
+                bstride = np;
+            }
+            const float *as = a + kb * m;
+            for (long i0 = 0; i0 < m; i0 += MR) {
+                long mr = m - i0 < MR ? m - i0 : MR;
+                for (long j0 = 0; j0 < nv; j0 += 4) {
+                    long jv = nv - j0 < 4 ? nv - j0 : 4;
+                    v16 acc[MR][4] = {{{0}}};
+                    if (mr == MR && jv == 4) {  /* the full block, unrolled for the compiler */
+                        for (long k = 0; k < kt; k++) {
+                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * m + i0;
+                            v16 b0 = load(br), b1 = load(br + 16), b2 = load(br + 32), b3 = load(br + 48);
+                            for (int i = 0; i < MR; i++) {
+                                float av = ar[i];
+                                acc[i][0] += av * b0;
+                                acc[i][1] += av * b1;
+                                acc[i][2] += av * b2;
+                                acc[i][3] += av * b3;
+                            }
+                        }
+                    } else {
+                        for (long k = 0; k < kt; k++) {
+                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * m + i0;
+                            for (long j = 0; j < jv; j++) {
+                                v16 bv = load(br + 16 * j);
+                                for (long i = 0; i < mr; i++) acc[i][j] += ar[i] * bv;
+                            }
+                        }
+                    }
+                    for (long i = 0; i < mr; i++)
+                        for (long j = 0; j < jv; j++) {
+                            float *p = c + (i0 + i) * np + (j0 + j) * 16;
+                            store(p, load(p) + acc[i][j]);
+                        }
+                }
+            }
+        }
+    }
+}
+
+/* useful vector lanes x width: the side to vectorise over */
+static double lanes(long d) { return (double)d * (double)d / (double)((d + 15) / 16 * 16); }
+
+/* partial: scratch of threads * MAX_WIDTH * MAX_WIDTH floats */
+void weight_grad(const float *a, const float *b, float *c, long K, long m, long n, int threads, float *partial) {
+    int swap = lanes(m) > lanes(n);  /* then c^T = b^T a, written back transposed */
+    long rows = swap ? n : m, cols = swap ? m : n, np = (cols + 15) / 16 * 16;
+    partial_sums(swap ? b : a, swap ? a : b, K, rows, cols, threads, partial);
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) {
+            float s = 0;
+            for (int t = 0; t < threads; t++) s += partial[(long)t * rows * np + i * np + j];
+            c[swap ? j * n + i : i * n + j] = s;
+        }
+}

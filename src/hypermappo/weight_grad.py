@@ -1,0 +1,124 @@
+"""ppo.compile on the CPU: the weight gradients of the compiled graphs in a C kernel (`weight_grad.c`).
+
+Why: a linear layer's weight gradient over a batch is `grad_out^T @ input`, a reduction over all the batch's rows
+into a small matrix (at the MAPPO paper setting 76,800 rows into 64 x 64, 64 x 45, 64 x 14, 1 x 64; Hyper-MAPPO
+adds 16 x 16, 16 x 48, ...). MKL runs these transposed products at 20-100 GFLOP/s here, the narrow ones worst (it
+blocks over the small output, not the long reduction), and oneDNN slower still (onednn_gemm.py). The kernel gives
+each thread a run of rows and keeps a block of the output in registers while a tile of rows streams through:
+1.2-3.7x MKL's time on this machine's CPU for those shapes from 2,048 rows up (`benchmarks/weight_grad.py`).
+
+How: an Inductor post-grad pass (after autograd, so it sees the backward) rewrites each fp32 CPU `mm(a, b)` whose
+`a` is the transpose of a row-major [K, m] tensor and `b` a row-major [K, n] one, with K >= `MIN_ROWS` and
+m, n <= 64, into `hypermappo::weight_grad`, one opaque call. Same product to float rounding (another summation
+order; per-thread partial sums added in thread order, so one thread count gives the same bits every run). The
+eager path is unchanged. `HYPERMAPPO_WEIGHT_GRAD=0` turns it off (side-by-side timing); a kernel that cannot be
+built (no C compiler) leaves MKL in place, said by `status()`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from hypermappo.compiled import pass_key, switch
+from hypermappo.models import c_kernel
+
+_SOURCE = Path(__file__).with_suffix(".c")
+MIN_ROWS = 4_096  # reduction length from which the pass rewrites (benchmarks/weight_grad.py: from 2,048 the kernel won)
+MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffer)
+aten = torch.ops.aten
+_LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
+
+
+def library() -> ctypes.CDLL | str:
+    if not _LIBRARY:
+        lib = c_kernel.build(_SOURCE, "weight_grad", ["-march=native"])
+        if not isinstance(lib, str):
+            lib.weight_grad.restype = None
+        _LIBRARY.append(lib)
+    return _LIBRARY[0]
+
+
+def status() -> str:
+    """For summary.json: whether compiled graphs take their weight gradients from the kernel, and if not why."""
+    if not switch("HYPERMAPPO_WEIGHT_GRAD"):
+        return "off (HYPERMAPPO_WEIGHT_GRAD=0)"
+    lib = library()
+    return f"off ({lib})" if isinstance(lib, str) else f"on in compiled graphs from {MIN_ROWS:,} rows"
+
+
+def enabled() -> bool:
+    return switch("HYPERMAPPO_WEIGHT_GRAD") and not isinstance(library(), str)
+
+
+def _weight_grad_cpu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [K, m], b [K, n] (float32, m, n <= MAX_WIDTH) -> a^T b [m, n]."""
+    lib = library()
+    if isinstance(lib, str):
+        raise RuntimeError(f"the weight_grad kernel: {lib}")
+    if a.dtype != torch.float32 or b.dtype != torch.float32 or max(a.shape[1], b.shape[1]) > MAX_WIDTH:
+        raise RuntimeError(f"weight_grad takes float32 [K, <= {MAX_WIDTH}] operands, got {a.dtype} {tuple(a.shape)} "
+                           f"and {b.dtype} {tuple(b.shape)}")
+    a, b = a.contiguous(), b.contiguous()
+    (rows, m), n = a.shape, b.shape[1]
+    threads = torch.get_num_threads()
+    out = a.new_empty(m, n)
+    partial = a.new_empty(threads * MAX_WIDTH * MAX_WIDTH)
+    p = c_kernel.ptr
+    lib.weight_grad(p(a), p(b), p(out), ctypes.c_long(rows), ctypes.c_long(m), ctypes.c_long(n), ctypes.c_int(threads),
+                    p(partial))
+    return out
+
+
+# no autograd formula: it appears only in graphs after autograd (a direct differentiation is an error)
+weight_grad_op = c_kernel.define_op("weight_grad", "(Tensor a, Tensor b) -> Tensor", _weight_grad_cpu,
+                                    lambda a, b: a.new_empty(a.shape[1], b.shape[1]))
+
+
+def _eligible(node: torch.fx.Node) -> tuple | None:
+    """(a_t, b) of an `mm(a_t^T, b)` node worth sending to the kernel, else None."""
+    if node.op != "call_function" or node.target is not aten.mm.default or node.kwargs:
+        return None
+    a, b = node.args
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    if va is None or vb is None or any(v.dtype != torch.float32 or v.device.type != "cpu" or v.dim() != 2
+                                       for v in (va, vb)):
+        return None
+    (m, rows), n = va.shape, vb.shape[1]
+    if rows < MIN_ROWS or m > MAX_WIDTH or n > MAX_WIDTH:
+        return None
+    if va.stride() != (1, m) or vb.stride() != (n, 1):  # a: the transpose of a row-major [K, m]; b: row-major
+        return None
+    return a, b
+
+
+class WeightGradPass(CustomGraphPass):
+    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
+    describes."""
+
+    def __init__(self):
+        self.rewritten = 0  # products rewritten by this process (tests read it)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for node in list(graph.nodes):
+            args = _eligible(node)
+            if args is None:
+                continue
+            a, b = args
+            with graph.inserting_before(node):
+                rows_first = graph.call_function(aten.permute.default, (a, [1, 0]))
+                new = graph.call_function(weight_grad_op, (rows_first, b))
+            rows_first.meta["val"] = a.meta["val"].permute(1, 0)
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            graph.erase_node(node)
+            self.rewritten += 1
+
+    def uuid(self) -> bytes:
+        return pass_key(__file__, MIN_ROWS, MAX_WIDTH, _SOURCE.read_bytes())
+
+
+PASS = WeightGradPass()

@@ -1,0 +1,120 @@
+"""The compiled graphs' weight-gradient kernel (weight_grad.py): its product against float64, which products the
+pass rewrites, and that a compiled gradient through it is eager's."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from hypermappo import weight_grad
+from hypermappo.compiled import configure, cxx_compiler
+from hypermappo.errors import UserError
+
+pytestmark = pytest.mark.skipif(not weight_grad.enabled(), reason=f"kernel: {weight_grad.status()}")
+
+
+def reference(a, b):
+    return (a.double().t() @ b.double()).float()
+
+
+# (K, m, n): both orientations (the kernel vectorises over the wider side), widths that are and are not whole
+# vectors, a single column or row, row counts that are not whole tiles (256) and fewer rows than threads
+SHAPES = [(3000, 64, 64), (1037, 45, 64), (777, 64, 14), (513, 1, 64), (700, 64, 1), (1000, 17, 18), (300, 16, 48),
+          (1, 5, 7), (2, 33, 3), (0, 4, 4)]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("k, m, n", SHAPES)
+def test_kernel_is_the_product_to_float_rounding_and_repeatable(k, m, n, threads):
+    torch.manual_seed(k + m + n)
+    a, b = torch.randn(k, m), torch.randn(k, n)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, again = weight_grad.weight_grad_op(a, b), weight_grad.weight_grad_op(a, b)
+    finally:
+        torch.set_num_threads(before)
+    assert out.shape == (m, n)
+    torch.testing.assert_close(out, reference(a, b), rtol=1e-5, atol=1e-5 * max(k, 1) ** 0.5)
+    assert torch.equal(out, again)  # per-thread partial sums added in thread order
+
+
+def test_non_contiguous_operands_are_taken_as_their_values():
+    a, b = torch.randn(64, 900).t(), torch.randn(900, 40)[:, ::2]
+    torch.testing.assert_close(weight_grad.weight_grad_op(a, b), reference(a, b), rtol=1e-5, atol=1e-3)
+
+
+def test_op_registration_and_bad_operands():
+    a, b = torch.randn(40, 8), torch.randn(40, 5)
+    torch.library.opcheck(weight_grad.weight_grad_op, (a, b), test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(RuntimeError, match=r"float32 \[K, <= 64\] operands, got torch.float32 \(40, 65\)"):
+        weight_grad.weight_grad_op(torch.randn(40, 65), b)
+    with pytest.raises(RuntimeError, match="differentiated only through"):  # no autograd formula: never differentiated
+        weight_grad.weight_grad_op(a.requires_grad_(), b)
+
+
+def two_layers(x, w1, b1, w2):
+    return (torch.relu(torch.addmm(b1, x, w1)) @ w2).square().mean()
+
+
+def grads_of(fn, rows: int, width: int = 16):
+    torch.manual_seed(0)
+    x = torch.randn(rows, 8)
+    w1, b1 = torch.randn(8, width, requires_grad=True), torch.randn(width, requires_grad=True)
+    w2 = torch.randn(width, 4, requires_grad=True)
+    loss = fn(x, w1, b1, w2)
+    return (loss, *torch.autograd.grad(loss, (w1, b1, w2)))
+
+
+@pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
+@pytest.mark.parametrize("rows, min_rows, width, rewritten", [(256, 256, 16, 2), (255, 256, 16, 0),
+                                                              (256, 256, 65, 0)])
+def test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay(monkeypatch, rows, min_rows, width,
+                                                                              rewritten):
+    """Both weight gradients (a reduction over the rows) are rewritten from MIN_ROWS rows and widths <= 64, none
+    below or wider; the input gradient (row-major first operand) never is; the loss and every gradient equal
+    eager's to float rounding."""
+    configure()
+    monkeypatch.setattr(weight_grad, "MIN_ROWS", min_rows)
+    monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)  # no graph from the cache
+    torch._dynamo.reset()
+    before = weight_grad.PASS.rewritten
+    compiled = grads_of(torch.compile(lambda *a: two_layers(*a), dynamic=False), rows, width)
+    assert weight_grad.PASS.rewritten - before == rewritten
+    for c, e in zip(compiled, grads_of(two_layers, rows, width)):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
+def test_only_a_transposed_first_operand_is_rewritten(monkeypatch):
+    """The same long product with its first operand row-major [m, K] (not the transpose of a [K, m] tensor) stays
+    on MKL; as a transposed view it goes to the kernel; both give the product."""
+    configure()
+    monkeypatch.setattr(weight_grad, "MIN_ROWS", 256)
+    monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    b = torch.randn(300, 8)
+    for a, rewritten in ((torch.randn(16, 300), 0), (torch.randn(300, 16).t(), 1)):
+        before = weight_grad.PASS.rewritten
+        out = torch.compile(lambda a, b: (a @ b) * 2, dynamic=False)(a, b)
+        assert weight_grad.PASS.rewritten - before == rewritten
+        torch.testing.assert_close(out, (a @ b) * 2, rtol=1e-5, atol=1e-4)
+
+
+def test_switch_and_status(monkeypatch):
+    assert weight_grad.status() == f"on in compiled graphs from {weight_grad.MIN_ROWS:,} rows"
+    monkeypatch.setenv("HYPERMAPPO_WEIGHT_GRAD", "0")
+    assert not weight_grad.enabled() and weight_grad.status() == "off (HYPERMAPPO_WEIGHT_GRAD=0)"
+    configure()
+    assert weight_grad.PASS not in torch._inductor.config.post_grad_custom_post_pass
+    monkeypatch.setenv("HYPERMAPPO_WEIGHT_GRAD", "true")
+    with pytest.raises(UserError, match="HYPERMAPPO_WEIGHT_GRAD='true': expected 0 or 1"):
+        weight_grad.enabled()
+    monkeypatch.delenv("HYPERMAPPO_WEIGHT_GRAD")
+    configure()
+    assert weight_grad.PASS in torch._inductor.config.post_grad_custom_post_pass
+    monkeypatch.setattr(weight_grad, "_LIBRARY", ["no C compiler found (set CC)"])
+    assert not weight_grad.enabled() and weight_grad.status() == "off (no C compiler found (set CC))"
