@@ -50,7 +50,7 @@ EQUAL_TOO = {
     "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
     "hyper-id-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # generated layers too
     "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
-    # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 4,096 rows)
+    # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 8,192 rows)
     "mlp-weight-grad": ["actor=mlp"],
     "hyper-obs-weight-grad": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
 }

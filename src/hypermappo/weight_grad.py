@@ -5,7 +5,9 @@ into a small matrix (at the MAPPO paper setting 76,800 rows into 64 x 64, 64 x 4
 adds 16 x 16, 16 x 48, ...). MKL runs these transposed products at 20-100 GFLOP/s here, the narrow ones worst (it
 blocks over the small output, not the long reduction), and oneDNN slower still (onednn_gemm.py). The kernel gives
 each thread a run of rows and keeps a block of the output in registers while a tile of rows streams through:
-1.2-3.7x MKL's time on this machine's CPU for those shapes from 2,048 rows up (`benchmarks/weight_grad.py`).
+1.3-3.8x MKL's time at 28,800 and 76,800 rows for the wide shapes (`benchmarks/weight_grad.py`, operands from
+memory). Below about 8,192 rows the narrow ones (16 x 16, 18 x 17) and every shape at 1,536 rows ran slower than
+MKL (call overhead, threads woken for little work), so those stay on MKL.
 
 How: an Inductor post-grad pass (after autograd, so it sees the backward) rewrites each fp32 CPU `mm(a, b)` whose
 `a` is the transpose of a row-major [K, m] tensor and `b` a row-major [K, n] one, with K >= `MIN_ROWS` and
@@ -27,7 +29,7 @@ from hypermappo.compiled import pass_key, switch
 from hypermappo.models import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-MIN_ROWS = 4_096  # reduction length from which the pass rewrites (benchmarks/weight_grad.py: from 2,048 the kernel won)
+MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/weight_grad.py)
 MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffer)
 aten = torch.ops.aten
 _LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
