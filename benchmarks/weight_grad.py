@@ -4,7 +4,8 @@ call without it), at the shapes the library meets, and MAPPO's / Hyper-MAPPO's c
   kernel  a [K, m]^T b [K, n] for the weight gradients of the MAPPO paper network (64 x 64, 45 x 64, 14 x 64,
           9 x 64, 1 x 64) and Hyper-MAPPO's observation context (16 x 48, 16 x 16, 18 x 17), at K = 1,536 (JaxMARL's
           IPPO mini-batch), 8,192 (MIN_ROWS), 9,600 (the mpe/simple_spread preset's: 128 envs x 25 steps x 3 agents,
-          the time-to-result runs) and 76,800 (the paper's mini-batch). The kernel through its torch op (dispatch included) vs `torch.mm(a.t(), b)`.
+          the time-to-result runs) and 76,800 (the paper's mini-batch). The kernel through its torch op (dispatch
+          included) vs `torch.mm(a.t(), b)`.
           Interleaved rounds (every variant once per round, in turn); medians over rounds of the per-round median
           over `--reps` calls; before each call 64 MB are written so the operands come from memory, as in an update.
   update  the compiled update in fresh processes with HYPERMAPPO_WEIGHT_GRAD=1 and =0 alternately
