@@ -5,13 +5,14 @@ call without it), at the shapes the library meets, and MAPPO's / Hyper-MAPPO's c
           9 x 64, 1 x 64) and Hyper-MAPPO's observation context (16 x 48, 16 x 16, 18 x 17), at K = 1,536 (JaxMARL's
           IPPO mini-batch), 8,192 (MIN_ROWS), 9,600 (the mpe/simple_spread preset's: 128 envs x 25 steps x 3 agents,
           the time-to-result runs) and 76,800 (the paper's mini-batch). The kernel through its torch op (dispatch
-          included) vs `torch.mm(a.t(), b)`.
+          included) vs `torch.mm(a.t(), b)`; and the per-agent form (3 agents x 25,600 rows: Hyper-MAPPO's agent-id
+          layers at the paper setting, 64 x 9, 14 x 64, 64 x 64) vs `torch.bmm`.
           Interleaved rounds (every variant once per round, in turn); medians over rounds of the per-round median
           over `--reps` calls; before each call 64 MB are written so the operands come from memory, as in an update.
   update  the compiled update in fresh processes with HYPERMAPPO_WEIGHT_GRAD=1 and =0 alternately
-          (`--update-rounds` pairs): MAPPO and Hyper-MAPPO (observation context, lean defaults) on VMAS simple_spread
-          at E = 1024 (76,800 rows), MAPPO on MPE simple_spread at E = 128 (9,600 rows), and IPPO at JaxMARL's
-          settings (1,536 rows, below MIN_ROWS: a control, both arms run the same code).
+          (`--update-rounds` pairs): MAPPO and Hyper-MAPPO (agent-id context; observation context, lean defaults) on
+          VMAS simple_spread at E = 1024 (76,800 rows), MAPPO on MPE simple_spread at E = 128 (9,600 rows), and IPPO
+          at JaxMARL's settings (1,536 rows, below MIN_ROWS: a control, both arms run the same code).
 
     python benchmarks/weight_grad.py --rounds 5 --update-rounds 2
 
@@ -36,6 +37,7 @@ from throughput import JAXMARL, VARIANTS, case, machine, switch_pairs  # noqa: E
 
 SHAPES = [(64, 64), (45, 64), (14, 64), (9, 64), (1, 64), (16, 48), (16, 16), (18, 17)]
 ROWS = [1536, 8192, 9600, 76_800]
+BATCHED = [(3, 25_600, 64, 9), (3, 25_600, 14, 64), (3, 25_600, 64, 64)]  # (agents, rows per agent, m, n)
 FLUSH = torch.zeros(16 * 2 ** 20)  # 64 MB
 
 
@@ -50,6 +52,7 @@ def time_call(fn, a, b, reps: int) -> float:
 
 
 UPDATE_CASES = [("mappo", "vmas:simple_spread", 1024, VARIANTS["mappo"]),
+                ("hyper-id", "vmas:simple_spread", 1024, VARIANTS["hyper-id"]),
                 ("hyper-obs (lean)", "vmas:simple_spread", 1024, ["algo=mappo", "actor=hyper", "hyper.context=[obs]"]),
                 ("mappo", "mpe:simple_spread", 128, VARIANTS["mappo"]),
                 ("ippo, JaxMARL's settings", "mpe:simple_spread", 16, JAXMARL)]
@@ -86,13 +89,15 @@ def main(argv=None) -> int:
     fns = {"kernel": weight_grad.weight_grad_op, "MKL": lambda a, b: torch.mm(a.t(), b)}
     torch.manual_seed(0)
     data = {(k, m, n): (torch.randn(k, m), torch.randn(k, n)) for k in ROWS for m, n in SHAPES}
+    data.update({(g, k, m, n): (torch.randn(g, k, m), torch.randn(g, k, n)) for g, k, m, n in BATCHED})
+    mkl = {2: fns["MKL"], 3: lambda a, b: torch.bmm(a.transpose(1, 2), b)}
     for (a, b) in data.values():
-        torch.testing.assert_close(fns["kernel"](a, b), fns["MKL"](a, b), rtol=1e-4, atol=1e-2)
+        torch.testing.assert_close(fns["kernel"](a, b), mkl[a.dim()](a, b), rtol=1e-4, atol=1e-2)
     results = {key: {name: [] for name in fns} for key in data}
     for r in range(args.rounds):
         for key, (a, b) in data.items():
             for name, fn in fns.items():
-                results[key][name].append(time_call(fn, a, b, args.reps))
+                results[key][name].append(time_call(fn if name == "kernel" else mkl[a.dim()], a, b, args.reps))
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     meta = {**machine(), "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "rounds": args.rounds,
             "reps": args.reps, "torch_threads": torch.get_num_threads(), "min_rows": weight_grad.MIN_ROWS}
@@ -103,12 +108,14 @@ def main(argv=None) -> int:
              "Reproduce: `python benchmarks/weight_grad.py --rounds 5 --update-rounds 2`", "",
              "| K | m x n | kernel us | MKL us | kernel GFLOP/s | MKL / kernel |", "|---:|---|---:|---:|---:|---:|"]
     table = {}
-    for (k, m, n), res in results.items():
+    for key, res in results.items():
+        (g, k, m, n) = key if len(key) == 4 else (1, *key)
         med = {name: statistics.median(v) * 1e6 for name, v in res.items()}
         ratios = [o / q for o, q in zip(res["MKL"], res["kernel"])]
-        table[f"{k}:{m}x{n}"] = {"us": med, "ratios": ratios}
-        lines.append(f"| {k:,} | {m} x {n} | {med['kernel']:,.0f} | {med['MKL']:,.0f} | "
-                     f"{2 * k * m * n / med['kernel'] / 1e3:.0f} | {statistics.median(ratios):.2f}x "
+        label = f"{g} x {k:,} (bmm)" if len(key) == 4 else f"{k:,}"
+        table[f"{g}:{k}:{m}x{n}"] = {"us": med, "ratios": ratios}
+        lines.append(f"| {label} | {m} x {n} | {med['kernel']:,.0f} | {med['MKL']:,.0f} | "
+                     f"{2 * g * k * m * n / med['kernel'] / 1e3:.0f} | {statistics.median(ratios):.2f}x "
                      f"[{min(ratios):.2f}-{max(ratios):.2f}] |")
     updates = update_pairs(args.update_rounds, args.threads) if args.update_rounds else []
     if updates:

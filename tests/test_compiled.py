@@ -52,6 +52,7 @@ EQUAL_TOO = {
     "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
     # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 8,192 rows)
     "mlp-weight-grad": ["actor=mlp"],
+    "hyper-id-weight-grad": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # per-agent (bmm) too
     "hyper-obs-weight-grad": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
 }
 
@@ -266,7 +267,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     if actor == "mlp-onednn":
         assert onednn_gemm.PASS.rewritten - rewritten == 18  # every row-major product of the graphs
     if actor.endswith("weight-grad"):  # every weight gradient of the mini-batch step's graph
-        assert weight_grad.PASS.rewritten - rewritten_wg == {"mlp-weight-grad": 6, "hyper-obs-weight-grad": 11}[actor]
+        assert weight_grad.PASS.rewritten - rewritten_wg == {"mlp-weight-grad": 7, "hyper-id-weight-grad": 12,
+                                                             "hyper-obs-weight-grad": 13}[actor]
     if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "

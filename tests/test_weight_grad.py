@@ -46,11 +46,31 @@ def test_non_contiguous_operands_are_taken_as_their_values():
     torch.testing.assert_close(weight_grad.weight_grad_op(a, b), reference(a, b), rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "agent-major view"])
+@pytest.mark.parametrize("m, n", [(9, 64), (64, 14), (17, 18)])
+def test_batched_products_one_per_group(layout, m, n):
+    """G products at once (per-agent weights): each group's own rows, also as the agent-major view [N, B, in] of a
+    [B, N, in] tensor (rows strided by N x width, groups by width), as Hyper-MAPPO's agent-id layers take them."""
+    torch.manual_seed(m * n)
+    if layout == "contiguous":
+        a, b = torch.randn(3, 1100, m), torch.randn(3, 1100, n)
+    else:
+        a, b = torch.randn(1100, 3, m).transpose(0, 1), torch.randn(1100, 3, n).transpose(0, 1)
+    out = weight_grad.weight_grad_op(a, b)
+    ref = torch.bmm(a.double().transpose(1, 2), b.double()).float()
+    assert out.shape == (3, m, n)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-3)
+
+
 def test_op_registration_and_bad_operands():
     a, b = torch.randn(40, 8), torch.randn(40, 5)
     torch.library.opcheck(weight_grad.weight_grad_op, (a, b), test_utils=("test_schema", "test_faketensor"))
-    with pytest.raises(RuntimeError, match=r"float32 \[K, <= 64\] operands, got torch.float32 \(40, 65\)"):
+    with pytest.raises(RuntimeError, match=r"float32 \[\(G,\) K, <= 64\] operands with the same \(G, K\), got "
+                                           r"torch.float32 \(40, 65\)"):
         weight_grad.weight_grad_op(torch.randn(40, 65), b)
+    with pytest.raises(RuntimeError, match=r"same \(G, K\), got torch.float32 \(2, 40, 8\) and torch.float32 "
+                                           r"\(3, 40, 5\)"):
+        weight_grad.weight_grad_op(torch.randn(2, 40, 8), torch.randn(3, 40, 5))
     with pytest.raises(RuntimeError, match="differentiated only through"):  # no autograd formula: never differentiated
         weight_grad.weight_grad_op(a.requires_grad_(), b)
 
@@ -84,6 +104,33 @@ def test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay(mo
     compiled = grads_of(torch.compile(lambda *a: two_layers(*a), dynamic=False), rows, width)
     assert weight_grad.PASS.rewritten - before == rewritten
     for c, e in zip(compiled, grads_of(two_layers, rows, width)):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
+
+
+def per_agent_layers(x, w1, w2):
+    """Two layers with per-agent weights, agent-major as AgentLinear runs them: x [B, N, in] -> [N, B, in]."""
+    xt = x.transpose(0, 1)
+    return torch.bmm(torch.relu(torch.bmm(xt, w1)), w2).square().mean()
+
+
+@pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
+def test_per_agent_weight_gradients_go_to_the_kernel_and_the_values_stay(monkeypatch):
+    configure()
+    monkeypatch.setattr(weight_grad, "MIN_ROWS", 256)
+    monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
+    torch._dynamo.reset()
+
+    def grads(fn):
+        torch.manual_seed(0)
+        x = torch.randn(300, 3, 9)
+        w1, w2 = torch.randn(3, 9, 32, requires_grad=True), torch.randn(3, 32, 5, requires_grad=True)
+        loss = fn(x, w1, w2)
+        return (loss, *torch.autograd.grad(loss, (w1, w2)))
+
+    before = weight_grad.PASS.rewritten
+    compiled = grads(torch.compile(lambda *a: per_agent_layers(*a), dynamic=False))
+    assert weight_grad.PASS.rewritten - before == 2  # both per-agent weight gradients
+    for c, e in zip(compiled, grads(per_agent_layers)):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
 
 

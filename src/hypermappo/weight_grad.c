@@ -1,5 +1,6 @@
 /* c [m, n] = a [K, m]^T b [K, n] for a long reduction (K rows, tens of thousands) into a small matrix (m, n <= 64):
- * the weight gradient of a linear layer over a large batch. See weight_grad.py for why.
+ * the weight gradient of a linear layer over a large batch, or G of them (one per agent of a layer with per-agent
+ * weights). Rows may be strided (lda, ldb: elements between rows; columns are contiguous). See weight_grad.py.
  *
  * Each thread takes a contiguous run of rows and accumulates its own m x n partial in float; the partials are added
  * in thread order, so a thread count gives the same bits every time. The rows go through in tiles of KT: per tile, a
@@ -19,7 +20,8 @@ static inline v16 load(const float *p) { v16 v; memcpy(&v, p, sizeof v); return 
 static inline void store(float *p, v16 v) { memcpy(p, &v, sizeof v); }
 
 /* partial [threads, m, np]: each thread's sums, np = n rounded up to whole vectors */
-static void partial_sums(const float *a, const float *b, long K, long m, long n, int threads, float *partial) {
+static void partial_sums(const float *a, const float *b, long K, long m, long n, long lda, long ldb, int threads,
+                         float *partial) {
     long nv = (n + 15) / 16, np = nv * 16;
     memset(partial, 0, sizeof(float) * (size_t)threads * (size_t)(m * np));
 #pragma omp parallel num_threads(threads)
@@ -30,17 +32,17 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
         float padded[KT * MAX_WIDTH];
         for (long kb = k0; kb < k1; kb += KT) {
             long kt = k1 - kb < KT ? k1 - kb : KT;
-            const float *bs = b + kb * n;
-            long bstride = n;
+            const float *bs = b + kb * ldb;
+            long bstride = ldb;
             if (n != np) {
                 for (long k = 0; k < kt; k++) {
-                    memcpy(padded + k * np, bs + k * n, sizeof(float) * (size_t)n);
+                    memcpy(padded + k * np, bs + k * ldb, sizeof(float) * (size_t)n);
                     memset(padded + k * np + n, 0, sizeof(float) * (size_t)(np - n));
                 }
                 bs = padded;
                 bstride = np;
             }
-            const float *as = a + kb * m;
+            const float *as = a + kb * lda;
             for (long i0 = 0; i0 < m; i0 += MR) {
                 long mr = m - i0 < MR ? m - i0 : MR;
                 for (long j0 = 0; j0 < nv; j0 += 4) {
@@ -48,7 +50,7 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                     v16 acc[MR][4] = {{{0}}};
                     if (mr == MR && jv == 4) {  /* the full block, unrolled for the compiler */
                         for (long k = 0; k < kt; k++) {
-                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * m + i0;
+                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
                             v16 b0 = load(br), b1 = load(br + 16), b2 = load(br + 32), b3 = load(br + 48);
                             for (int i = 0; i < MR; i++) {
                                 float av = ar[i];
@@ -60,7 +62,7 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                         }
                     } else {
                         for (long k = 0; k < kt; k++) {
-                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * m + i0;
+                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
                             for (long j = 0; j < jv; j++) {
                                 v16 bv = load(br + 16 * j);
                                 for (long i = 0; i < mr; i++) acc[i][j] += ar[i] * bv;
@@ -81,15 +83,24 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
 /* useful vector lanes x width: the side to vectorise over */
 static double lanes(long d) { return (double)d * (double)d / (double)((d + 15) / 16 * 16); }
 
-/* partial: scratch of threads * MAX_WIDTH * MAX_WIDTH floats */
-void weight_grad(const float *a, const float *b, float *c, long K, long m, long n, int threads, float *partial) {
+/* c [G, m, n] (contiguous) = a[g]^T b[g] for each g; a[g] = a + g * sga, b[g] = b + g * sgb.
+ * partial: scratch of threads * MAX_WIDTH * MAX_WIDTH floats */
+void weight_grad(const float *a, const float *b, float *c, long G, long K, long m, long n, long sga, long lda,
+                 long sgb, long ldb, int threads, float *partial) {
     int swap = lanes(m) > lanes(n);  /* then c^T = b^T a, written back transposed */
     long rows = swap ? n : m, cols = swap ? m : n, np = (cols + 15) / 16 * 16;
-    partial_sums(swap ? b : a, swap ? a : b, K, rows, cols, threads, partial);
-    for (long i = 0; i < rows; i++)
-        for (long j = 0; j < cols; j++) {
-            float s = 0;
-            for (int t = 0; t < threads; t++) s += partial[(long)t * rows * np + i * np + j];
-            c[swap ? j * n + i : i * n + j] = s;
-        }
+    for (long g = 0; g < G; g++) {
+        const float *ag = a + g * sga, *bg = b + g * sgb;
+        float *cg = c + g * m * n;
+        if (swap)
+            partial_sums(bg, ag, K, rows, cols, ldb, lda, threads, partial);
+        else
+            partial_sums(ag, bg, K, rows, cols, lda, ldb, threads, partial);
+        for (long i = 0; i < rows; i++)
+            for (long j = 0; j < cols; j++) {
+                float s = 0;
+                for (int t = 0; t < threads; t++) s += partial[(long)t * rows * np + i * np + j];
+                cg[swap ? j * n + i : i * n + j] = s;
+            }
+    }
 }

@@ -7,6 +7,7 @@ T = "tests/test_weight_grad.py"
 MATHS = f"{T}::test_kernel_is_the_product_to_float_rounding_and_repeatable"
 PASS = f"{T}::test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay"
 COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-weight-grad]"
+BATCHED = f"{T}::test_batched_products_one_per_group"
 
 
 def mutations(M):
@@ -17,12 +18,12 @@ def mutations(M):
           (MATHS, COMPILED),
           "the last thread's run of rows one short (an off-by-one in the row split)"),
         M("weight_grad_swap_not_transposed_back", C,
-          "c[swap ? j * n + i : i * n + j] = s;",
-          "c[swap ? i * cols + j : i * n + j] = s;",
+          "cg[swap ? j * n + i : i * n + j] = s;",
+          "cg[swap ? i * cols + j : i * n + j] = s;",
           (MATHS, COMPILED),
           "the transposed problem's result written back without transposing it"),
         M("weight_grad_padded_copy_wrong_stride", C,
-          "memcpy(padded + k * np, bs + k * n, sizeof(float) * (size_t)n);",
+          "memcpy(padded + k * np, bs + k * ldb, sizeof(float) * (size_t)n);",
           "memcpy(padded + k * np, bs + k * np, sizeof(float) * (size_t)n);",
           (MATHS, COMPILED),
           "a tile of b whose width is not whole vectors read with the padded stride"),
@@ -41,9 +42,19 @@ def mutations(M):
           "",
           (MATHS,),
           "the scratch's previous contents added into the sums"),
+        M("weight_grad_group_stride_dropped", C,
+          "const float *ag = a + g * sga, *bg = b + g * sgb;",
+          "const float *ag = a + g * sga, *bg = b;",
+          (BATCHED, f"{T}::test_per_agent_weight_gradients_go_to_the_kernel_and_the_values_stay"),
+          "every group's product takes the first group's b (per-agent weight gradients all from agent 0's rows)"),
+        M("weight_grad_row_stride_as_width", C,
+          "            const float *as = a + kb * lda;",
+          "            const float *as = a + kb * m;",
+          (BATCHED, f"{T}::test_per_agent_weight_gradients_go_to_the_kernel_and_the_values_stay"),
+          "strided rows (the agent-major view) read as if contiguous"),
         M("weight_grad_pass_takes_row_major_a", PY,
-          "if va.stride() != (1, m) or vb.stride() != (n, 1):",
-          "if vb.stride() != (n, 1):",
+          "if va.stride(-2) != 1 or vb.stride(-1) != 1:",
+          "if vb.stride(-1) != 1:",
           (f"{T}::test_only_a_transposed_first_operand_is_rewritten",),
           "the pass also rewrites a product whose first operand is not a transpose (the input gradient), reading "
           "its memory as the wrong matrix"),
