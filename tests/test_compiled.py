@@ -225,6 +225,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         monkeypatch.setattr(onednn_gemm.PASS, "uuid", lambda key=os.urandom(16): key)
     if actor.endswith("weight-grad"):
         monkeypatch.setattr(weight_grad, "MIN_ROWS", 1)
+        monkeypatch.setattr(weight_grad, "MIN_WIDTH", 1)
         monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
     rewritten, rewritten_wg = onednn_gemm.PASS.rewritten, weight_grad.PASS.rewritten
     runs, graphs, kernel_calls = {}, {}, {}

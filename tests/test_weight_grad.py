@@ -79,7 +79,7 @@ def two_layers(x, w1, b1, w2):
     return (torch.relu(torch.addmm(b1, x, w1)) @ w2).square().mean()
 
 
-def grads_of(fn, rows: int, width: int = 16):
+def grads_of(fn, rows: int, width: int = 32):
     torch.manual_seed(0)
     x = torch.randn(rows, 8)
     w1, b1 = torch.randn(8, width, requires_grad=True), torch.randn(width, requires_grad=True)
@@ -89,12 +89,12 @@ def grads_of(fn, rows: int, width: int = 16):
 
 
 @pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
-@pytest.mark.parametrize("rows, min_rows, width, rewritten", [(256, 256, 16, 2), (255, 256, 16, 0),
-                                                              (256, 256, 65, 0)])
+@pytest.mark.parametrize("rows, min_rows, width, rewritten", [(256, 256, 32, 2), (255, 256, 32, 0),
+                                                              (256, 256, 65, 0), (256, 256, 16, 0)])
 def test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay(monkeypatch, rows, min_rows, width,
                                                                               rewritten):
-    """Both weight gradients (a reduction over the rows) are rewritten from MIN_ROWS rows and widths <= 64, none
-    below or wider; the input gradient (row-major first operand) never is; the loss and every gradient equal
+    """Both weight gradients (a reduction over the rows) are rewritten from MIN_ROWS rows and widths 32-64, none
+    below, wider or narrower; the input gradient (row-major first operand) never is; the loss and every gradient equal
     eager's to float rounding."""
     configure()
     monkeypatch.setattr(weight_grad, "MIN_ROWS", min_rows)
@@ -144,7 +144,7 @@ def test_only_a_transposed_first_operand_is_rewritten(monkeypatch):
     torch._dynamo.reset()
     torch.manual_seed(0)
     b = torch.randn(300, 8)
-    for a, rewritten in ((torch.randn(16, 300), 0), (torch.randn(300, 16).t(), 1)):
+    for a, rewritten in ((torch.randn(32, 300), 0), (torch.randn(300, 32).t(), 1)):
         before = weight_grad.PASS.rewritten
         out = torch.compile(lambda a, b: (a @ b) * 2, dynamic=False)(a, b)
         assert weight_grad.PASS.rewritten - before == rewritten

@@ -5,15 +5,16 @@ into a small matrix (at the MAPPO paper setting 76,800 rows into 64 x 64, 64 x 4
 adds 16 x 16, 16 x 48, ...). MKL runs these transposed products at 20-100 GFLOP/s here, the narrow ones worst (it
 blocks over the small output, not the long reduction), and oneDNN slower still (onednn_gemm.py). The kernel gives
 each thread a run of rows and keeps a block of the output in registers while a tile of rows streams through:
-1.3-3.8x MKL's time at 28,800 and 76,800 rows for the wide shapes (`benchmarks/weight_grad.py`, operands from
-memory). Below about 8,192 rows the narrow ones (16 x 16, 18 x 17) and every shape at 1,536 rows ran slower than
-MKL (call overhead, threads woken for little work), so those stay on MKL.
+1.7-2.8x less time than MKL at 76,800 rows for the shapes at least 32 wide, 1.8-11x for the per-agent form
+(`benchmarks/weight_grad.py`, operands from memory); at 8,192-9,600 rows 0.85-1.2x, at 1,536 rows slower (call
+overhead, threads woken for little work), and the narrow outputs (16 x 16, 18 x 17) lost up to 9,600 rows, so
+those stay on MKL.
 
 How: an Inductor post-grad pass (after autograd, so it sees the backward) rewrites each fp32 CPU `mm(a, b)` whose
 `a` is the transpose of a [K, m] tensor with contiguous rows and `b` a [K, n] one likewise, with K >= `MIN_ROWS`
-and m, n <= 64, into `hypermappo::weight_grad`, one opaque call; and each such `bmm` (G of them: the per-agent
-weight gradients of Hyper-MAPPO's agent-id layers, 3 x 25,600 rows at the paper setting, where MKL's batched
-product of a 64 x 9 output took ~12 ms). Same product to float rounding (another summation
+and m, n <= 64 (the wider at least 32), into `hypermappo::weight_grad`, one opaque call; and each such `bmm` (G of
+them: the per-agent weight gradients of Hyper-MAPPO's agent-id layers, 3 x 25,600 rows at the paper setting, where
+MKL's batched product of a 64 x 9 output took ~9-12 ms). Same product to float rounding (another summation
 order; per-thread partial sums added in thread order, so one thread count gives the same bits every run). The
 eager path is unchanged. `HYPERMAPPO_WEIGHT_GRAD=0` turns it off (side-by-side timing); a kernel that cannot be
 built (no C compiler) leaves MKL in place, said by `status()`.
@@ -33,6 +34,9 @@ from hypermappo.models import c_kernel
 _SOURCE = Path(__file__).with_suffix(".c")
 MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/weight_grad.py)
 MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffer)
+# the wider side at least this: with one vector of 16 columns (16 x 16, 18 x 17) the kernel lost to MKL up to 9,600
+# rows and did not reliably win at 76,800 (benchmarks/weight_grad.py)
+MIN_WIDTH = 32
 aten = torch.ops.aten
 _LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
 
@@ -97,7 +101,7 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
                                        for v in (va, vb)):
         return None
     (m, rows), n = va.shape[-2:], vb.shape[-1]
-    if rows < MIN_ROWS or m > MAX_WIDTH or n > MAX_WIDTH:
+    if rows < MIN_ROWS or m > MAX_WIDTH or n > MAX_WIDTH or max(m, n) < MIN_WIDTH:
         return None
     if va.stride(-2) != 1 or vb.stride(-1) != 1:  # a: the transpose of a [K, m] with contiguous rows; b: likewise
         return None
@@ -128,7 +132,7 @@ class WeightGradPass(CustomGraphPass):
             self.rewritten += 1
 
     def uuid(self) -> bytes:
-        return pass_key(__file__, MIN_ROWS, MAX_WIDTH, _SOURCE.read_bytes())
+        return pass_key(__file__, MIN_ROWS, MIN_WIDTH, MAX_WIDTH, _SOURCE.read_bytes())
 
 
 PASS = WeightGradPass()
