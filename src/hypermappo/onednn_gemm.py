@@ -17,9 +17,9 @@ need a custom backward for this op.
 from __future__ import annotations
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from hypermappo.compiled import pass_key, switch
+from hypermappo.rewrite_pass import RewritePass
 
 MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
 aten = torch.ops.aten
@@ -59,23 +59,13 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
     return a, b, bias
 
 
-class OneDNNGemmPass(CustomGraphPass):
-    """Inductor `post_grad_custom_post_pass`: the rewrite the module docstring describes."""
+class OneDNNGemmPass(RewritePass):
+    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
+    describes."""
 
-    def __init__(self):
-        self.rewritten = 0  # products rewritten by this process (tests read it)
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        for node in list(graph.nodes):
-            args = _eligible(node)
-            if args is None:
-                continue
-            with graph.inserting_before(node):
-                new = graph.call_function(torch.ops.hypermappo.onednn_linear.default, args)
-            new.meta.update(node.meta)
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
-            self.rewritten += 1
+    def replacement(self, graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+        args = _eligible(node)
+        return None if args is None else graph.call_function(torch.ops.hypermappo.onednn_linear.default, args)
 
     def uuid(self) -> bytes:
         return pass_key(__file__, MIN_ROWS)

@@ -26,10 +26,10 @@ import ctypes
 from pathlib import Path
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from hypermappo.compiled import pass_key, switch
 from hypermappo.models import c_kernel
+from hypermappo.rewrite_pass import RewritePass
 
 _SOURCE = Path(__file__).with_suffix(".c")
 MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/weight_grad.py)
@@ -108,28 +108,19 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
     return a, b
 
 
-class WeightGradPass(CustomGraphPass):
+class WeightGradPass(RewritePass):
     """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
     describes."""
 
-    def __init__(self):
-        self.rewritten = 0  # products rewritten by this process (tests read it)
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        for node in list(graph.nodes):
-            args = _eligible(node)
-            if args is None:
-                continue
-            a, b = args
-            order = [1, 0] if node.target is aten.mm.default else [0, 2, 1]
-            with graph.inserting_before(node):
-                rows_first = graph.call_function(aten.permute.default, (a, order))
-                new = graph.call_function(weight_grad_op, (rows_first, b))
-            rows_first.meta["val"] = a.meta["val"].permute(*order)
-            new.meta.update(node.meta)
-            node.replace_all_uses_with(new)
-            graph.erase_node(node)
-            self.rewritten += 1
+    def replacement(self, graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+        args = _eligible(node)
+        if args is None:
+            return None
+        a, b = args
+        order = [1, 0] if node.target is aten.mm.default else [0, 2, 1]
+        rows_first = graph.call_function(aten.permute.default, (a, order))
+        rows_first.meta["val"] = a.meta["val"].permute(*order)
+        return graph.call_function(weight_grad_op, (rows_first, b))
 
     def uuid(self) -> bytes:
         return pass_key(__file__, MIN_ROWS, MIN_WIDTH, MAX_WIDTH, _SOURCE.read_bytes())
