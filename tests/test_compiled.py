@@ -265,6 +265,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" in comp_summary and comp_summary["compile_s"] >= 0
     assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
     assert "compile_s" not in eager_summary
+    assert comp_summary["weight_grad"] == weight_grad.status() and "weight_grad" not in eager_summary
     if actor == "mlp-onednn":
         assert onednn_gemm.PASS.rewritten - rewritten == 18  # every row-major product of the graphs
     if actor.endswith("weight-grad"):  # every weight gradient of the mini-batch step's graph
