@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import VARIANTS, case, machine, switch_pairs  # noqa: E402
+from throughput import VARIANTS, case, machine, pair_line, pair_summary, switch_pairs  # noqa: E402
 
 ROWS = [1536, 3072, 8192, 28_800, 76_800]
 WIDTH = 64
@@ -72,9 +72,7 @@ def update_pairs(rounds: int, threads: int) -> list[dict]:
     for mode, env, e in UPDATE_CASES:
         c = case("mappo", env, e, threads, [*VARIANTS["mappo"], f"ppo.compile={'on' if mode == 'compiled' else 'off'}"])
         label = f"{mode} {env} E={e}"
-        pairs = switch_pairs(c, "HYPERMAPPO_ACT_NORM", rounds, lambda p, label=label: (
-            f"{label} round {p['round']}: update {p['on']['update_s'] * 1e3:,.0f} ms with the kernel, "
-            f"{p['off']['update_s'] * 1e3:,.0f} ms without ({p['update_off_over_on']:.2f}x)"))
+        pairs = switch_pairs(c, "HYPERMAPPO_ACT_NORM", rounds, pair_line(label))
         out.append({"mode": mode, "env": env, "num_envs": e, "rows": e * 25 * 3, "pairs": pairs})
     return out
 
@@ -134,13 +132,11 @@ def main(argv=None) -> int:
                   "| path | env, E | agent samples per mini-batch | update ms, kernel | update ms, without | "
                   "without / with |", "|---|---|---:|---:|---:|---:|"]
         for u in updates:
-            on = statistics.median(p["on"]["update_s"] for p in u["pairs"]) * 1e3
-            off = statistics.median(p["off"]["update_s"] for p in u["pairs"]) * 1e3
-            r = [p["update_off_over_on"] for p in u["pairs"]]
+            m = pair_summary(u["pairs"])
             control = " (below MIN_ROWS: both run the composition, so this pair measures the machine's noise)" \
                 if u["rows"] < act_norm.MIN_ROWS else ""
-            lines.append(f"| {u['mode']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,}{control} | {on:,.0f} | "
-                         f"{off:,.0f} | {statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}] |")
+            lines.append(f"| {u['mode']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,}{control} | "
+                         f"{m['on_ms']:,.0f} | {m['off_ms']:,.0f} | {m['update']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -365,6 +365,26 @@ def switch_pairs(c: dict, var: str, rounds: int, label) -> list[dict]:
     return pairs
 
 
+def pair_line(label: str, sps: bool = False):
+    """switch_pairs' `label` for an A/B of a kernel: one line per pair (update ms with / without, and the ratio)."""
+    def line(p: dict) -> str:
+        text = (f"{label} round {p['round']}: update {p['on']['update_s'] * 1e3:,.0f} ms with the kernel, "
+                f"{p['off']['update_s'] * 1e3:,.0f} ms without ({p['update_off_over_on']:.2f}x)")
+        return text + (f"; env-steps/s {p['sps_on_over_off']:.2f}x" if sps else "")
+    return line
+
+
+def pair_summary(pairs: list[dict]) -> dict:
+    """Medians over switch_pairs' pairs: update ms with (`on_ms`) and without (`off_ms`) the switch, and the
+    within-pair ratios as "median [min-max]" (`update`: without / with, `sps`: env-steps/s with / without)."""
+    def span(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
+    return {"on_ms": statistics.median(p["on"]["update_s"] for p in pairs) * 1e3,
+            "off_ms": statistics.median(p["off"]["update_s"] for p in pairs) * 1e3,
+            "update": span([p["update_off_over_on"] for p in pairs]),
+            "sps": span([p["sps_on_over_off"] for p in pairs])}
+
+
 def export_baseline(ref: str, dest: Path) -> str:
     """`git archive REF src` into dest; returns the src directory to put on PYTHONPATH."""
     data = subprocess.run(["git", "-C", str(REPO), "archive", ref, "src"], check=True, capture_output=True).stdout

@@ -33,7 +33,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import JAXMARL, VARIANTS, case, machine, switch_pairs  # noqa: E402
+from throughput import JAXMARL, VARIANTS, case, machine, pair_line, pair_summary, switch_pairs  # noqa: E402
 
 SHAPES = [(64, 64), (45, 64), (14, 64), (9, 64), (1, 64), (16, 48), (16, 16), (18, 17)]
 ROWS = [1536, 8192, 9600, 76_800]
@@ -63,10 +63,7 @@ def update_pairs(rounds: int, threads: int) -> list[dict]:
     for name, env, e, overrides in UPDATE_CASES:
         c = case(name, env, e, threads, [*overrides, "ppo.compile=on"])
         label = f"{name} {env} E={e}"
-        pairs = switch_pairs(c, "HYPERMAPPO_WEIGHT_GRAD", rounds, lambda p, label=label: (
-            f"{label} round {p['round']}: update {p['on']['update_s'] * 1e3:,.0f} ms with the kernel, "
-            f"{p['off']['update_s'] * 1e3:,.0f} ms without ({p['update_off_over_on']:.2f}x); env-steps/s "
-            f"{p['sps_on_over_off']:.2f}x"))
+        pairs = switch_pairs(c, "HYPERMAPPO_WEIGHT_GRAD", rounds, pair_line(label, sps=True))
         rows = 16 * 128 * 3 // 4 if name.startswith("ippo") else e * 25 * 3
         out.append({"name": name, "env": env, "num_envs": e, "rows": rows, "pairs": pairs})
     return out
@@ -125,15 +122,11 @@ def main(argv=None) -> int:
                   "| row | env, E | rows per mini-batch | update ms, kernel | update ms, without | without / with | "
                   "env-steps/s with / without |", "|---|---|---:|---:|---:|---:|---:|"]
         for u in updates:
-            on = statistics.median(p["on"]["update_s"] for p in u["pairs"]) * 1e3
-            off = statistics.median(p["off"]["update_s"] for p in u["pairs"]) * 1e3
-            r = [p["update_off_over_on"] for p in u["pairs"]]
-            s = [p["sps_on_over_off"] for p in u["pairs"]]
+            m = pair_summary(u["pairs"])
             control = " (below MIN_ROWS: both arms run MKL, so this pair measures the machine's noise)" \
                 if u["rows"] < weight_grad.MIN_ROWS else ""
-            lines.append(f"| {u['name']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,}{control} | {on:,.0f} | "
-                         f"{off:,.0f} | {statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}] | "
-                         f"{statistics.median(s):.2f}x [{min(s):.2f}-{max(s):.2f}] |")
+            lines.append(f"| {u['name']} | {u['env']}, {u['num_envs']:,} | {u['rows']:,}{control} | "
+                         f"{m['on_ms']:,.0f} | {m['off_ms']:,.0f} | {m['update']} | {m['sps']} |")
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
