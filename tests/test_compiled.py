@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypermappo import bool_masks, onednn_gemm, weight_grad
+from hypermappo import bool_masks, collect_step, onednn_gemm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
@@ -59,7 +59,8 @@ EQUAL_TOO = {
 
 @pytest.mark.parametrize("module, var, bad", [(onednn_gemm, "HYPERMAPPO_ONEDNN_GEMM", "yes"),
                                               (bool_masks, "HYPERMAPPO_RECOMPUTE_MASKS", "on"),
-                                              (weight_grad, "HYPERMAPPO_WEIGHT_GRAD", "true")])
+                                              (weight_grad, "HYPERMAPPO_WEIGHT_GRAD", "true"),
+                                              (collect_step, "HYPERMAPPO_COLLECT_GRAPH", "no")])
 def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
     """Each graph pass's environment switch (compiled.switch): 0 turns it off, anything but 0 or 1 is an error."""
     monkeypatch.setenv(var, "0")
@@ -280,6 +281,74 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
+
+
+COLLECT_ACTORS = {"mlp": ["actor=mlp"],
+                  # the smoothness term's previous observation is a buffer row the graph writes too
+                  "hyper-obs-smooth": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"]}
+
+
+@needs_cxx
+@pytest.mark.parametrize("actor", list(COLLECT_ACTORS))
+def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
+    """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
+    per step gives the eager run's rollout buffer (every row the graph writes and those written after the env step),
+    logged statistics and weights. Rollouts of 30 steps cross the 25-step time limit: auto-resets and the truncation
+    bootstrap run between graph steps."""
+    runs = {}
+    for mode in ("off", "on"):
+        torch._dynamo.reset()
+        before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        tiny = [o for o in TINY if not o.startswith("rollout_length=")]
+        cfg = config_mod.build_config("mpe/simple_spread", [
+            *tiny, f"ppo.compile={mode}", "rollout_length=30", "total_env_steps=360", "ppo.num_mini_batch=2",
+            "checkpoint_interval=3", *COLLECT_ACTORS[actor]])
+        exp = Experiment(cfg, tmp_path / mode, quiet=True)
+        assert (exp.collect_graph is not None) == (mode == "on")
+        summary = exp.run()
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+        buf = exp.primary.buffer
+        rows_of_buffer = {k: v.clone() for k, v in vars(buf).items() if isinstance(v, torch.Tensor)}
+        runs[mode] = (rows(tmp_path / mode), summary, rows_of_buffer, graphs,
+                      torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000003.pt", weights_only=False))
+    (e_rows, e_sum, e_buf, e_graphs, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, c_ckpt) = runs["off"], runs["on"]
+    assert (e_graphs, c_graphs) == (0, 2)  # the collection step and the mini-batch step
+    assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
+                                "core)") and "collect" not in e_sum
+    assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
+    if actor == "hyper-obs-smooth":
+        assert "prev_obs" in e_buf
+    assert bool(e_buf["dones"].any()) and bool(e_buf["reset"][1:].any())  # episodes ended inside the rollout
+    for name, value in e_buf.items():
+        if value.dtype.is_floating_point:
+            torch.testing.assert_close(c_buf[name], value, rtol=1e-4, atol=1e-5, msg=name)
+        else:
+            assert torch.equal(c_buf[name], value), name
+    assert len(e_rows) == len(c_rows) == 3
+    for e, c in zip(e_rows, c_rows):
+        for k in e:
+            if e[k] in ("", "nan") or c[k] in ("", "nan"):
+                assert e[k] == c[k], k
+                continue
+            assert float(c[k]) == pytest.approx(float(e[k]), rel=1e-3, abs=1e-4), (k, e["update"])
+    for name, w in e_ckpt["actor"].items():
+        torch.testing.assert_close(c_ckpt["actor"][name], w, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_collection_graph_says_why_not(tmp_path, monkeypatch):
+    """The run header's collection line: an env without a step core, or the switch off, keeps the two-call path."""
+    cases = {"staghunt/default": "StagHuntVecEnv has no branch-free step core (VecEnv.step_parts)",
+             "mpe/simple_spread": "HYPERMAPPO_COLLECT_GRAPH=0"}
+    for preset, reason in cases.items():
+        if preset.startswith("mpe"):
+            monkeypatch.setenv("HYPERMAPPO_COLLECT_GRAPH", "0")
+        exp = Experiment(cfg_of(preset, ["ppo.compile=on", "total_env_steps=40"]), tmp_path / preset, quiet=True)
+        assert exp.collect_graph is None
+        assert exp.summary_extra["collect"] == f"collection: policy and env step as separate calls ({reason})"
+    monkeypatch.delenv("HYPERMAPPO_COLLECT_GRAPH")
+    groups = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "groups=[{name: h0, agents: [0]}, {name: h1, "
+                                                    "agents: [1]}]"]), tmp_path / "g", quiet=True)
+    assert collect_step.blocker(groups.groups, groups.env) == "more than one policy group, or a group that does not learn"
 
 
 @pytest.mark.parametrize("mode", ["off", "on"])

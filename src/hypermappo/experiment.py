@@ -43,8 +43,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from hypermappo import collect_step, weight_grad
 from hypermappo import config as config_mod
-from hypermappo import weight_grad
 from hypermappo.algos.death import bootstrap_mask, transition_targets
 from hypermappo.compiled import compile_fn
 from hypermappo.diagnostics import DeadComponentError
@@ -275,6 +275,11 @@ class Experiment:
         self.compiled = any(g.learner.compiled for g in self.groups if g.learner)
         if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
             self.env.compile_step(compile_fn)
+        # ... or with the policy forward and the buffer writes, one graph per collection step (collect_step.py)
+        self.collect_graph, collect_note = collect_step.build(self.groups, self.env, compile_fn) if self.compiled else (
+            None, None)
+        if collect_note:
+            self.summary_extra["collect"] = collect_note
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
         self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
         if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)
@@ -371,14 +376,20 @@ class Experiment:
         bootstrap = any(g.learner.off_policy or g.learner.cfg.ppo.bootstrap_truncated for g in learning)
         for t in range(cfg.rollout_length):
             pending, parts = {}, []
-            for g in self.groups:
-                if g.learning:
-                    actions, pending[g.name] = self._learner_act(g, s, t)
-                else:
-                    actions = g.act_fixed(s)
-                parts.append(actions)
-            joint = parts[0] if len(parts) == 1 else self._scatter(parts)
-            nxt = self._env_step(joint, t)
+            if self.collect_graph is not None:  # one group: its act and the env core in one graph, then the rest
+                g = self.groups[0]
+                nxt = self._env_step(None, t, core=self.collect_graph(t, s))
+                g.learner.prev_obs = s.obs
+                pending[g.name] = (None, None, s.active)  # no hidden states (feed-forward), acting slots
+            else:
+                for g in self.groups:
+                    if g.learning:
+                        actions, pending[g.name] = self._learner_act(g, s, t)
+                    else:
+                        actions = g.act_fixed(s)
+                    parts.append(actions)
+                joint = parts[0] if len(parts) == 1 else self._scatter(parts)
+                nxt = self._env_step(joint, t)
             for g in learning:
                 if g.learner.coplayer is not None:  # the co-player model's training data (algos/coplayer.py)
                     g.learner.coplayer.record(t, s, joint, nxt, self.groups)
@@ -497,10 +508,11 @@ class Experiment:
             actions[:, g.index] = a.to(first.dtype)
         return actions
 
-    def _env_step(self, actions: torch.Tensor, t: int) -> EnvStep:
-        """env.step with its exceptions and non-finite outputs turned into one-line errors."""
+    def _env_step(self, actions: torch.Tensor | None, t: int, core: tuple | None = None) -> EnvStep:
+        """env.step (or the eager rest of a step whose core ran in the collection graph) with its exceptions and
+        non-finite outputs turned into one-line errors."""
         try:
-            nxt = self.env.step(actions)
+            nxt = self.env.step(actions) if core is None else self.collect_graph.finish(*core)
         except (UserError, RunFailed):
             raise
         except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker

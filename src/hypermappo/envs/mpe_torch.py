@@ -139,7 +139,9 @@ class SimpleSpreadVecEnv(VecEnv):
         parts = [self._vel.unsqueeze(1), agent_pos.unsqueeze(1), rel, self._comm]
         obs_by_agent = torch.cat(parts, dim=1)  # [N, obs_dim / 2, 2, E], mpe2's observation order
         obs = obs_by_agent.view(N * self.spec.obs_dim, E).T.contiguous().view(E, N, self.spec.obs_dim)
-        self._other_rel, self._other_dist = rel[:, L:], dist[:, L:]
+        # own copies: as views their strides would be whatever layout a compiled graph gave `rel` (Inductor writes it
+        # inside the observation buffer), unlike an eager step's, and the next graph call would recompile for them
+        self._other_rel, self._other_dist = rel[:, L:].contiguous(), dist[:, L:].contiguous()
         return obs, dist[:, :L], self._other_dist
 
     def _action_force(self, actions: torch.Tensor) -> torch.Tensor:
@@ -223,10 +225,15 @@ class SimpleSpreadVecEnv(VecEnv):
     def compile_step(self, compile_fn) -> None:
         self._advance = compile_fn(self._advance)
 
+    def step_parts(self):
+        return type(self)._advance.__get__(self), self._finish
+
     def step(self, actions: torch.Tensor) -> EnvStep:
-        N = self.n_agents
-        final_obs, reward, truncated, ep_return, ep_length = self._advance(actions)
-        E = self.num_envs
+        return self._finish(*self._advance(actions))
+
+    def _finish(self, final_obs, reward, truncated, ep_return, ep_length) -> EnvStep:
+        """The rest of a step after `_advance`: auto-reset of the finished envs (a branch), the EnvStep."""
+        N, E = self.n_agents, self.num_envs
         final_state = final_obs.reshape(E, -1).clone()  # [E, N * obs_dim]
         if truncated.any():  # auto-reset only the finished envs
             ended = truncated.nonzero().squeeze(1)  # [k]

@@ -148,6 +148,12 @@ class VecEnv:
         """ppo.compile: a batched torch env replaces the branch-free core of its step by `compile_fn(core)`;
         others keep stepping eagerly."""
 
+    def step_parts(self):
+        """A batched torch env's step as (core, finish), with `step(a) == finish(*core(a))`: `core` is branch-free
+        and traceable as part of a larger graph (collect_step.py puts it in one with the policy), `finish` runs
+        eagerly (auto-resets) and returns the EnvStep. None: the env has no such split."""
+        return None
+
     def close(self) -> None:
         pass
 
