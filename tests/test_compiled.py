@@ -349,6 +349,11 @@ def test_collection_graph_says_why_not(tmp_path, monkeypatch):
     groups = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "groups=[{name: h0, agents: [0]}, {name: h1, "
                                                     "agents: [1]}]"]), tmp_path / "g", quiet=True)
     assert collect_step.blocker(groups.groups, groups.env) == "more than one policy group, or a group that does not learn"
+    switching = Experiment(cfg_of("mpe/simple_spread", [
+        "ppo.compile=on", "groups=[{name: a, agents: [0, 1, 2], switch: [{at_step: 80, kind: scripted, policy: random}]}]"]),
+        tmp_path / "s", quiet=True)
+    assert switching.collect_graph is None and switching.summary_extra["collect"].endswith(
+        "(the group switches kind during the run (it would stop learning or start acting otherwise))")
 
 
 @pytest.mark.parametrize("mode", ["off", "on"])

@@ -35,6 +35,8 @@ def blocker(groups, env) -> str | None:
     if len(groups) != 1 or groups[0].learner is None or not groups[0].learning:
         return "more than one policy group, or a group that does not learn"
     g = groups[0]
+    if len(g.phases) > 1:
+        return "the group switches kind during the run (it would stop learning or start acting otherwise)"
     L = g.learner
     if not L.compiled:
         return "the learner is not compiled"
