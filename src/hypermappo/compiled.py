@@ -1,11 +1,14 @@
 """The compiled training step (`ppo.compile`): which runs get it, and how Inductor is set up for them.
 
-With it on, each learner's per-step policy forward of collection (actor, sampling, log-probs, critic) and the
-three parts of every PPO mini-batch step (loss forward + backward, gradient-norm clipping, the Adam steps) run as
-torch.compile graphs with static shapes (`Learner.policy_step`, `MAPPO.update`); Hyper-MAPPO's fused attention
-kernel is a registered custom op (`models/agent_attention.py`), one opaque call inside those graphs; large
-row-major matrix products of the graphs run in oneDNN rather than MKL (`onednn_gemm.py`), and a forward /
-backward pair of graphs recomputes comparison masks instead of saving them as bool (`bool_masks.py`). The maths
+With it on, each learner's per-step policy forward of collection (actor, sampling, log-probs, critic) and every
+PPO mini-batch step (gather, loss, gradients, clipping, both Adam steps: one graph, `algos/fused_step.py`; three
+with ppo.minibatch_over=agents) run as
+torch.compile graphs with static shapes; where the env splits its step, the policy forward, the step's buffer
+writes and the env's step core are one graph per collection step (`collect_step.py`). Every graph's calling code
+is C++ (`cpp_wrapper`). Hyper-MAPPO's fused attention kernel and the LayerNorm(act) kernel are torch ops, one
+opaque call inside those graphs; large row-major products run in oneDNN rather than MKL (`onednn_gemm.py`),
+weight gradients over many rows in a C kernel (`weight_grad.py`), and a forward / backward pair of graphs
+recomputes comparison masks instead of saving them as bool (`bool_masks.py`). The maths
 is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
 an eager run with one seed differ only by float rounding. Compiling costs tens of seconds on the first update
 (seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
