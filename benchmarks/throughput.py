@@ -242,6 +242,9 @@ def gemm_floor_s(algo, buf, generator, rounds: int = 3) -> tuple[float, int]:
         if e.name in GEMMS and all(shapes[-2:]):
             args = [tensors.setdefault(tuple(sh), torch.randn(sh)) for sh in shapes]
             calls.append((getattr(torch, e.name.split("::")[1]), args))
+    if not calls:  # e.g. a compiled update: its C++ calling code calls the products past ATen's dispatcher
+        raise RuntimeError("gemm_floor_s: the profiler saw no matrix multiply in this update (is it compiled? the "
+                           "floor replays an eager update's GEMMs)")
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
