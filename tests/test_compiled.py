@@ -446,3 +446,17 @@ def test_run_header_says_whether_and_why_it_compiles(tmp_path, capsys):
     assert "compile: off (auto: 40 env steps < 1,000,000, too short to pay back compiling" in out
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["compile"].startswith("compile: off (auto: 40 env steps")
+
+
+def test_run_header_says_how_collection_runs(tmp_path, capsys, monkeypatch):
+    """A compiled run's header has the collection line (collect_step.py); stopped before training (no compiling)."""
+    def stop(self):
+        raise SystemExit("stopped after the header")
+
+    monkeypatch.setattr(Experiment, "run", stop)
+    with pytest.raises(SystemExit, match="stopped after the header"):
+        main(["train", "mpe/simple_spread", "ppo.compile=on", "num_envs=4", "log.tensorboard=false",
+              f"run_dir={tmp_path / 'r'}", "--quiet"])
+    out = capsys.readouterr().out
+    assert "compile: on (ppo.compile=on" in out
+    assert "collection: one graph per step (policy forward, sampling, buffer writes, env step core)" in out

@@ -276,10 +276,10 @@ class Experiment:
         if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
             self.env.compile_step(compile_fn)
         # ... or with the policy forward and the buffer writes, one graph per collection step (collect_step.py)
-        self.collect_graph, collect_note = collect_step.build(self.groups, self.env, compile_fn) if self.compiled else (
-            None, None)
-        if collect_note:
-            self.summary_extra["collect"] = collect_note
+        self.collect_graph, self.collect_note = collect_step.build(self.groups, self.env, compile_fn) if self.compiled \
+            else (None, None)
+        if self.collect_note:
+            self.summary_extra["collect"] = self.collect_note
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
         self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
         if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)

@@ -8,6 +8,7 @@ T = "tests/test_compiled.py"
 EQUAL_MLP = f"{T}::test_collection_graph_run_equals_the_eager_run[mlp]"
 EQUAL_SMOOTH = f"{T}::test_collection_graph_run_equals_the_eager_run[hyper-obs-smooth]"
 WHY_NOT = f"{T}::test_collection_graph_says_why_not"
+HEADER = f"{T}::test_run_header_says_how_collection_runs"
 
 
 def mutations(M):
@@ -42,6 +43,11 @@ def mutations(M):
           "    if len(g.phases) > 9:",
           (WHY_NOT,),
           "the graph taken by a group that later stops learning (it would go on writing its buffer and acting)"),
+        M("collect_note_not_in_the_header", "src/hypermappo/cli.py",
+          "*([exp.collect_note] if exp.collect_note else [])",
+          "*[]",
+          (HEADER,),
+          "the run header silent about which path collection takes"),
         M("mpe_geometry_cached_as_views", MPE,
           "rel[:, L:].contiguous(), dist[:, L:].contiguous()",
           "rel[:, L:], dist[:, L:]",
