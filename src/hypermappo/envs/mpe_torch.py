@@ -226,6 +226,8 @@ class SimpleSpreadVecEnv(VecEnv):
         self._advance = compile_fn(self._advance)
 
     def step_parts(self):
+        # the class's `_advance`, not the instance's: compile_step may have put its own graph there, and the core
+        # goes into a larger graph
         return type(self)._advance.__get__(self), self._finish
 
     def step(self, actions: torch.Tensor) -> EnvStep:
