@@ -35,7 +35,10 @@ def rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("case", ["staghunt_mlp", "staghunt_rnn", "staghunt_hyper", "climbing_mlp"])
-def test_no_groups_reproduces_the_pre_groups_metrics_and_checkpoint(tmp_path, case):
+def test_no_groups_reproduces_the_pre_groups_metrics_and_checkpoint(tmp_path, case, monkeypatch):
+    # bit for bit as before groups: the input LayerNorm applied as it then was (folded into the first layer since,
+    # the same function to float rounding: tests/test_feature_norm_fold.py)
+    monkeypatch.setenv("HYPERMAPPO_FOLD_FEATURE_NORM", "0")
     ref = _reference_module()
     metrics = ref.run_case(case, tmp_path)
     got, want = rows(metrics), rows(REFERENCE / f"{case}.csv")

@@ -28,7 +28,7 @@ from hypermappo.config import resolve_hyper_defaults
 from hypermappo.errors import UserError
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
-from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear
+from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear, fold_norm
 from hypermappo.models.coplayer import belief_dim
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.mlp import MLPActor
@@ -375,14 +375,18 @@ class HyperActor(MLPActor):
         return (base + generator.combine(xg, code.reshape(-1, k))).view(*x.shape[:-1], lin.out_features)
 
     @staticmethod
-    def _agent_major_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None) -> torch.Tensor:
-        """Per-agent increments (static context): x [N, B, in] -> [N, B, out], one batched matmul."""
-        if gen is None and lin.groups == 1:
-            return lin(x)  # shared weights: layout-agnostic
+    def _agent_major_layer(lin: AgentLinear, x: torch.Tensor, gen: dict | None,
+                           norm: AgentLayerNorm | None = None) -> torch.Tensor:
+        """Per-agent increments (static context): x [N, B, in] -> [N, B, out], one batched matmul. `norm`: the
+        LayerNorm x went through without its affine, folded into the weights here (agent_layers.fold_norm)."""
+        if gen is None and lin.groups == 1:  # shared weights: layout-agnostic
+            return lin(x) if norm is None else lin.apply_weights(x, *fold_norm(norm, lin.weight, lin.bias))
         W, b = lin.weight, lin.bias  # [G, in, out], [G, out]
         if gen is not None:
             W = W + (gen["W"] if "W" in gen else gen["U"] @ gen["V"])  # [N, in, out] (a shared base broadcasts)
             b = b + gen["b"]
+        if norm is not None:
+            W, b = fold_norm(norm, W, b)
         if lin.out_features < lin.in_features:  # AgentLinear's faster layout for narrow outputs (same values)
             W = W.transpose(1, 2).contiguous().transpose(1, 2)
         return torch.baddbmm(b.unsqueeze(1), x, W)
@@ -397,14 +401,18 @@ class HyperActor(MLPActor):
             return u * norm.weight.unsqueeze(1) + norm.bias.unsqueeze(1)
         return trunk.block(i, z)
 
-    def _static_layers(self, x: torch.Tensor, by_layer: dict, scales: list) -> torch.Tensor:
+    def _static_layers(self, x: torch.Tensor, by_layer: dict, scales: list,
+                       fold: AgentLayerNorm | None = None) -> torch.Tensor:
         """x [..., N, in] -> logits [..., N, A] in the agent-major layout [N, B, ...]: only the input and the
-        logits are transposed, not every hidden layer's activations (and their gradients)."""
+        logits are transposed, not every hidden layer's activations (and their gradients). `fold`: the input
+        LayerNorm, applied here with its affine folded into the first layer."""
         t = self.trunk
         lead, n = x.shape[:-2], x.shape[-2]
         x = x.reshape(-1, n, x.shape[-1]).transpose(0, 1).contiguous()  # [N, B, in]
+        if fold is not None:
+            x = F.layer_norm(x, (x.shape[-1],), eps=fold.eps)
         for i, lin in enumerate(t.linears):
-            x = self._agent_major_block(t, i, self._agent_major_layer(lin, x, by_layer.get(i)))
+            x = self._agent_major_block(t, i, self._agent_major_layer(lin, x, by_layer.get(i), fold if i == 0 else None))
             if scales:
                 x = x * scales[i].unsqueeze(1)  # per agent [N, units]
         logits = self._agent_major_layer(self.head, x, by_layer.get(len(t.linears)))  # [N, B, A]
@@ -427,14 +435,19 @@ class HyperActor(MLPActor):
         by_layer = dict(zip(self.generated, gens))
         x = self.actor_input(obs if obs.shape[-1] == self.trunk_obs_dim else obs[..., :self.trunk_obs_dim])
         t = self.trunk
-        if t.feature_norm is not None:
+        # the input LayerNorm's affine folded into the first layer where it is not generated per sample
+        # (AgentLinear.forward_normed)
+        fold = t.fold_feature_norm and torch.is_grad_enabled() and (static or 0 not in by_layer)
+        if t.feature_norm is not None and not fold:
             x = t.feature_norm(x)
         if static:
-            logits = self._static_layers(x, by_layer, scales)
+            logits = self._static_layers(x, by_layer, scales, t.feature_norm if fold else None)
         else:
             generator = dict(zip(self.generated, self.hyper.generators))
             for i, lin in enumerate(t.linears):
-                x = t.block(i, self._apply_layer(lin, x, by_layer.get(i), generator.get(i)))
+                z = (lin.forward_normed(x, t.feature_norm) if fold and i == 0
+                     else self._apply_layer(lin, x, by_layer.get(i), generator.get(i)))
+                x = t.block(i, z)
                 if scales:
                     x = x * scales[i]
             n = len(t.linears)
