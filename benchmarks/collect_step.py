@@ -21,7 +21,6 @@ Writes benchmarks/results/collect_step.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -30,15 +29,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import JAXMARL, VARIANTS, case, machine  # noqa: E402
+from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, write_results  # noqa: E402
 
 ROWS = [("ippo, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL], True),
         ("mappo, mpe/simple_spread preset batch", "mpe:simple_spread", 128, VARIANTS["mappo"], True),
         ("mappo, paper settings", "vmas:simple_spread", 1024, VARIANTS["mappo"], False)]
-
-
-def span(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
 
 
 def measure(name: str, env: str, e: int, overrides: list[str], collect: bool, rounds: int, threads: int) -> dict:
@@ -107,11 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     info = machine()
-    results = []
-    for row in ROWS:
-        r = measure(*row, rounds=args.rounds, threads=args.threads)
-        results.append(r)
-        print(json.dumps({k: r[k] for k in r if k != "times"}), flush=True)
+    results = measure_rows(ROWS, measure, args.rounds, args.threads)
     lines = [f"# The compiled collection step and the graphs' C++ calling code ({info['date']})", "",
              f"`python benchmarks/collect_step.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Variants side by side "
@@ -127,12 +118,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['name']} ({r['env']}, E = {r['num_envs']}) | {col} | {ratio} | "
                      f"{m['Python calling code']:.1f} / {m['C++ calling code']:.1f} | {r['update_ratio']} |")
     text = "\n".join(lines) + "\n"
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "collect_step.json").write_text(json.dumps({"machine": info, "rounds": args.rounds, "rows": results},
-                                                      indent=1))
-    (out / "collect_step.md").write_text(text)
-    print(text)
+    write_results("collect_step", {"machine": info, "rounds": args.rounds, "rows": results}, text)
     return 0
 
 

@@ -18,7 +18,6 @@ Writes benchmarks/results/feature_norm_fold.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import JAXMARL, VARIANTS, case, machine  # noqa: E402
+from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, write_results  # noqa: E402
 
 PAPER = ("vmas:simple_spread", 1024)
 ROWS = [("mappo eager, paper", *PAPER, [*VARIANTS["mappo"], "ppo.compile=off"]),
@@ -35,10 +34,6 @@ ROWS = [("mappo eager, paper", *PAPER, [*VARIANTS["mappo"], "ppo.compile=off"]),
         ("hyper-id compiled, paper", *PAPER, [*VARIANTS["hyper-id"], "ppo.compile=on"]),
         ("hyper-obs compiled, paper", *PAPER, ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "ppo.compile=on"]),
         ("ippo compiled, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL, "ppo.compile=on"])]
-
-
-def span(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
 
 
 def measure(name: str, env: str, e: int, overrides: list[str], rounds: int, threads: int) -> dict:
@@ -83,11 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
     info = machine()
-    results = []
-    for row in ROWS:
-        r = measure(*row, rounds=args.rounds, threads=args.threads)
-        results.append(r)
-        print(json.dumps({k: r[k] for k in r if k != "times"}), flush=True)
+    results = measure_rows(ROWS, measure, args.rounds, args.threads)
     lines = [f"# The input LayerNorm folded into the first layer vs applied separately ({info['date']})", "",
              f"`python benchmarks/feature_norm_fold.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} "
              f"threads), torch {info['torch']}, load average {info['load_average_start']} at the start. Both arms in "
@@ -98,12 +89,7 @@ def main(argv=None) -> int:
         lines.append(f"| {r['name']} ({r['env']}, E = {r['num_envs']}) | {r['ms']['folded']:.0f} | "
                      f"{r['ms']['separate']:.0f} | {r['ratio']} |")
     text = "\n".join(lines) + "\n"
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "feature_norm_fold.json").write_text(json.dumps({"machine": info, "rounds": args.rounds, "rows": results},
-                                                          indent=1))
-    (out / "feature_norm_fold.md").write_text(text)
-    print(text)
+    write_results("feature_norm_fold", {"machine": info, "rounds": args.rounds, "rows": results}, text)
     return 0
 
 

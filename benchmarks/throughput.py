@@ -380,8 +380,6 @@ def pair_line(label: str, sps: bool = False):
 def pair_summary(pairs: list[dict]) -> dict:
     """Medians over switch_pairs' pairs: update ms with (`on_ms`) and without (`off_ms`) the switch, and the
     within-pair ratios as "median [min-max]" (`update`: without / with, `sps`: env-steps/s with / without)."""
-    def span(values: list[float]) -> str:
-        return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
     return {"on_ms": statistics.median(p["on"]["update_s"] for p in pairs) * 1e3,
             "off_ms": statistics.median(p["off"]["update_s"] for p in pairs) * 1e3,
             "update": span([p["update_off_over_on"] for p in pairs]),
@@ -412,6 +410,31 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "load_average_start": [round(x, 1) for x in os.getloadavg()]}
+
+
+def write_results(name: str, data: dict, text: str) -> None:
+    """benchmarks/results/NAME.json (the figures) and NAME.md (the table), and the table printed."""
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(data, indent=1))
+    (out / f"{name}.md").write_text(text)
+    print(text)
+
+
+def span(values: list[float]) -> str:
+    """A ratio's median over rounds and its range: `1.23x [1.10-1.40]`."""
+    return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
+
+
+def measure_rows(rows: list[tuple], measure, rounds: int, threads: int) -> list[dict]:
+    """`measure(*row, rounds=, threads=)` for each row in turn, each result printed as it comes (without its raw
+    per-round `times`)."""
+    results = []
+    for row in rows:
+        r = measure(*row, rounds=rounds, threads=threads)
+        results.append(r)
+        print(json.dumps({k: r[k] for k in r if k != "times"}), flush=True)
+    return results
 
 
 def fmt(x: float) -> str:
