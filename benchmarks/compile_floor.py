@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import VARIANTS, case, machine, write_results  # noqa: E402
+from throughput import VARIANTS, case, machine, span, write_results  # noqa: E402
 
 ENV, E = "vmas:simple_spread", 1024
 
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         f"| {med('eager_update_s') * 1e3:.0f} | {med('compiled_collect_s') * 1e3:.0f} | "
         f"{med('compiled_update_s') * 1e3:.0f} | {steps / med('eager_update_s'):,.0f} | "
         f"{steps / statistics.median(x['compiled_collect_s'] + x['compiled_update_s'] for x in rounds):,.0f} | "
-        f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}] |", ""])
+        f"{span(ratios)} |", ""])
     write_results("compile_floor", {"machine": info, "rounds": rounds}, text)
     return 0
 
