@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypermappo import bool_masks, collect_step, onednn_gemm, weight_grad
+from hypermappo import bool_masks, collect_step, linear_act_norm, onednn_gemm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
@@ -50,6 +50,8 @@ EQUAL_TOO = {
     "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
     "hyper-id-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # generated layers too
     "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
+    # 64-wide ReLU blocks: their products fused with the LayerNorm(act) kernel (linear_act_norm.py), both directions
+    "mlp-linear-act-norm": ["actor=mlp", "model.hidden_sizes=[64,64]"],
     # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 8,192 rows)
     "mlp-weight-grad": ["actor=mlp"],
     "hyper-id-weight-grad": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # per-agent (bmm) too
@@ -60,6 +62,7 @@ EQUAL_TOO = {
 @pytest.mark.parametrize("module, var, bad", [(onednn_gemm, "HYPERMAPPO_ONEDNN_GEMM", "yes"),
                                               (bool_masks, "HYPERMAPPO_RECOMPUTE_MASKS", "on"),
                                               (weight_grad, "HYPERMAPPO_WEIGHT_GRAD", "true"),
+                                              (linear_act_norm, "HYPERMAPPO_LINEAR_ACT_NORM", "y"),
                                               (collect_step, "HYPERMAPPO_COLLECT_GRAPH", "no")])
 def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
     """Each graph pass's environment switch (compiled.switch): 0 turns it off, anything but 0 or 1 is an error."""
@@ -71,7 +74,8 @@ def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
 
 
 def cfg_of(preset: str, overrides: list[str]):
-    return config_mod.build_config(preset, [*TINY, *overrides])
+    given = {o.split("=", 1)[0] for o in overrides}  # a test's own setting replaces TINY's (e.g. hidden sizes)
+    return config_mod.build_config(preset, [*(o for o in TINY if o.split("=", 1)[0] not in given), *overrides])
 
 
 # ------------------------------------------------------------------ which runs compile
@@ -228,7 +232,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         monkeypatch.setattr(weight_grad, "MIN_ROWS", 1)
         monkeypatch.setattr(weight_grad, "MIN_WIDTH", 1)
         monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
+    if actor == "mlp-linear-act-norm":
+        monkeypatch.setattr(linear_act_norm.PASS, "uuid", lambda key=os.urandom(16): key)
     rewritten, rewritten_wg = onednn_gemm.PASS.rewritten, weight_grad.PASS.rewritten
+    rewritten_lan = dict(linear_act_norm.PASS.rewritten)
     runs, graphs, kernel_calls = {}, {}, {}
     for mode in ("off", "on"):
         if actor.endswith("act-norm"):
@@ -283,6 +290,12 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     if actor.endswith("act-norm"):  # forward in collection and the update, backward in the update: compiled run only
         assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
+    fused = {k: v - rewritten_lan[k] for k, v in linear_act_norm.PASS.rewritten.items()}
+    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; the update's 4 forward and 4 backward
+        assert fused == {"forward": 8, "backward": 4}, fused
+        assert comp_summary["linear_act_norm"] == linear_act_norm.status() and "linear_act_norm" not in eager_summary
+    elif actor.endswith("act-norm"):  # 16-wide blocks or Tanh: the separate kernels
+        assert fused == {"forward": 0, "backward": 0}, fused
     if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 

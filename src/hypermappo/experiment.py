@@ -43,7 +43,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hypermappo import collect_step, weight_grad
+from hypermappo import collect_step, linear_act_norm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.algos.death import bootstrap_mask, transition_targets
 from hypermappo.compiled import compile_fn
@@ -284,6 +284,7 @@ class Experiment:
         self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
         if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)
             self.summary_extra["weight_grad"] = weight_grad.status()
+            self.summary_extra["linear_act_norm"] = linear_act_norm.status()
         # ppo.micro_batch_size (algos/micro_batch.py): whether large mini-batches run in row blocks, and why not
         self.micro_notes = list(dict.fromkeys(g.learner.micro_note for g in self.groups
                                               if g.learner and hasattr(g.learner, "micro_note")))

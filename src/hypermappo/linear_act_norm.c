@@ -1,0 +1,183 @@
+/* A hidden block's matrix product fused with its LayerNorm(ReLU(.)), forward and backward, for 64-wide blocks over
+ * many rows (see linear_act_norm.py).
+ *
+ * forward:  z = x [R, K] @ w [K, 64] (+ bias); h = LayerNorm(ReLU(z)) with the affine (gamma, beta); also the rows'
+ *           mean and 1/std (what act_norm.c's backward reads) and z itself (the backward's saved input).
+ * backward: gh = g [R, K] @ w [K, 64] (the gradient arriving from the next layer's product); then act_norm.c's
+ *           backward of that gh: dz, and the affine's gradients (column sums, per thread in double, added in thread
+ *           order: the same threads give the same bits).
+ *
+ * Each thread takes runs of MR rows; a run's 64-wide product rows are MR x 4 AVX-512 accumulators, and the run's
+ * LayerNorm (forward) or LayerNorm backward (backward) is applied while they are still in registers, so neither z
+ * nor gh takes an extra trip through memory. Rows may be strided (ldx / ldg elements apart); columns contiguous.
+ * Built with -march=native; a CPU without AVX-512F gets a scalar build of the same loops (linear_act_norm.py only
+ * rewrites graphs where the build succeeded).
+ */
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define C 64
+#define MR 7
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+typedef __m512 vec;
+#define VW 16
+static inline vec vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline void vstore(float *p, vec v) { _mm512_storeu_ps(p, v); }
+static inline vec vset1(float a) { return _mm512_set1_ps(a); }
+static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
+static inline vec vsub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+static inline vec vmul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+static inline vec vrelu(vec a) { return _mm512_max_ps(a, _mm512_setzero_ps()); }
+static inline vec vzero(void) { return _mm512_setzero_ps(); }
+static inline float vsum(vec a) { return _mm512_reduce_add_ps(a); }
+/* where z > 0 keep a, else 0 */
+static inline vec vwhere_pos(vec z, vec a) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(z, _mm512_setzero_ps(), _CMP_GT_OQ), a);
+}
+#else
+typedef float vec __attribute__((vector_size(64)));
+#define VW 16
+static inline vec vload(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, vec v) { memcpy(p, &v, sizeof v); }
+static inline vec vset1(float a) { return (vec){0} + a; }
+static inline vec vfma(vec a, vec b, vec c) { return a * b + c; }
+static inline vec vadd(vec a, vec b) { return a + b; }
+static inline vec vsub(vec a, vec b) { return a - b; }
+static inline vec vmul(vec a, vec b) { return a * b; }
+static inline vec vzero(void) { return (vec){0}; }
+static inline vec vrelu(vec a) { vec r; for (int i = 0; i < VW; i++) r[i] = a[i] > 0 ? a[i] : 0.f; return r; }
+static inline float vsum(vec a) { float s = 0; for (int i = 0; i < VW; i++) s += a[i]; return s; }
+static inline vec vwhere_pos(vec z, vec a) { vec r; for (int i = 0; i < VW; i++) r[i] = z[i] > 0 ? a[i] : 0.f; return r; }
+#endif
+
+#define NV (C / VW)
+
+/* acc[i][j] (i < mr) = init + a[i, :] @ w[:, 16j:16j+16]; init = bias or 0 */
+static inline void product_rows(const float *a, long lda, const float *w, const float *bias, long K, long mr,
+                                vec acc[MR][NV]) {
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NV; j++) acc[i][j] = bias ? vload(bias + VW * j) : vzero();
+    if (mr == MR) {
+        for (long k = 0; k < K; k++) {
+            const float *wr = w + k * C;
+            vec w0 = vload(wr), w1 = vload(wr + 16), w2 = vload(wr + 32), w3 = vload(wr + 48);
+            for (int i = 0; i < MR; i++) {
+                vec av = vset1(a[i * lda + k]);
+                acc[i][0] = vfma(av, w0, acc[i][0]);
+                acc[i][1] = vfma(av, w1, acc[i][1]);
+                acc[i][2] = vfma(av, w2, acc[i][2]);
+                acc[i][3] = vfma(av, w3, acc[i][3]);
+            }
+        }
+    } else {  /* the last, shorter run of rows */
+        for (long k = 0; k < K; k++) {
+            const float *wr = w + k * C;
+            for (long i = 0; i < mr; i++) {
+                vec av = vset1(a[i * lda + k]);
+                for (int j = 0; j < NV; j++) acc[i][j] = vfma(av, vload(wr + VW * j), acc[i][j]);
+            }
+        }
+    }
+}
+
+void linear_act_norm_forward(const float *x, long ldx, const float *w, const float *bias, const float *gamma,
+                             const float *beta, float *z, float *h, float *mean, float *rstd, long rows, long K,
+                             double eps, int threads) {
+    const long runs = (rows + MR - 1) / MR;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long run = 0; run < runs; run++) {
+        const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
+        vec acc[MR][NV];
+        product_rows(x + r0 * ldx, ldx, w, bias, K, mr, acc);
+        for (long i = 0; i < mr; i++) {
+            const long r = r0 + i;
+            vec u[NV], s = vzero(), v = vzero();
+            for (int j = 0; j < NV; j++) {
+                vstore(z + r * C + VW * j, acc[i][j]);
+                u[j] = vrelu(acc[i][j]);
+                s = vadd(s, u[j]);
+            }
+            const float m = vsum(s) / C;
+            const vec mv = vset1(m);
+            for (int j = 0; j < NV; j++) {
+                vec d = vsub(u[j], mv);
+                v = vfma(d, d, v);
+            }
+            const float rs = (float)(1.0 / sqrt((double)vsum(v) / C + eps));
+            const vec rsv = vset1(rs);
+            for (int j = 0; j < NV; j++)
+                vstore(h + r * C + VW * j,
+                       vfma(vmul(vsub(u[j], mv), rsv), vload(gamma + VW * j), vload(beta + VW * j)));
+            mean[r] = m;
+            rstd[r] = rs;
+        }
+    }
+}
+
+/* partial: scratch of 2 * threads * C doubles */
+void linear_act_norm_backward(const float *g, long ldg, const float *w, const float *z, const float *gamma,
+                              const float *mean, const float *rstd, float *gz, float *ggamma, float *gbeta,
+                              double *partial, long rows, long K, int threads) {
+    const long runs = (rows + MR - 1) / MR;
+    memset(partial, 0, sizeof(double) * 2 * (size_t)threads * C);
+#pragma omp parallel num_threads(threads)
+    {
+        int t = 0;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+#endif
+        double *acc_w = partial + (size_t)t * 2 * C, *acc_b = acc_w + C;
+        vec gv[NV];
+        for (int j = 0; j < NV; j++) gv[j] = vload(gamma + VW * j);
+#pragma omp for schedule(static)
+        for (long run = 0; run < runs; run++) {
+            const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
+            vec gh[MR][NV];
+            product_rows(g + r0 * ldg, ldg, w, 0, K, mr, gh);
+            vec sum_w[NV], sum_b[NV];  /* this run's column sums, added to the thread's double sums below */
+            for (int j = 0; j < NV; j++) sum_w[j] = sum_b[j] = vzero();
+            for (long i = 0; i < mr; i++) {
+                const long r = r0 + i;
+                const vec mv = vset1(mean[r]), rsv = vset1(rstd[r]);
+                vec zr[NV], uh[NV], gh_hat[NV], c1 = vzero(), c2 = vzero();
+                for (int j = 0; j < NV; j++) {
+                    zr[j] = vload(z + r * C + VW * j);
+                    uh[j] = vmul(vsub(vrelu(zr[j]), mv), rsv);
+                    gh_hat[j] = vmul(gh[i][j], gv[j]);
+                    c1 = vadd(c1, gh_hat[j]);
+                    c2 = vfma(gh_hat[j], uh[j], c2);
+                    sum_w[j] = vfma(gh[i][j], uh[j], sum_w[j]);
+                    sum_b[j] = vadd(sum_b[j], gh[i][j]);
+                }
+                const vec a = vset1(vsum(c1) / C), c = vset1(vsum(c2) / C);
+                for (int j = 0; j < NV; j++)
+                    vstore(gz + r * C + VW * j,
+                           vwhere_pos(zr[j], vmul(rsv, vsub(vsub(gh_hat[j], a), vmul(uh[j], c)))));
+            }
+            for (int j = 0; j < NV; j++) {
+                float sw[VW], sb[VW];
+                vstore(sw, sum_w[j]);
+                vstore(sb, sum_b[j]);
+                for (int l = 0; l < VW; l++) {
+                    acc_w[VW * j + l] += sw[l];
+                    acc_b[VW * j + l] += sb[l];
+                }
+            }
+        }
+    }
+    for (long j = 0; j < C; j++) {
+        double sw = 0, sb = 0;
+        for (int t = 0; t < threads; t++) {
+            sw += partial[(size_t)t * 2 * C + j];
+            sb += partial[(size_t)t * 2 * C + C + j];
+        }
+        ggamma[j] = (float)sw;
+        gbeta[j] = (float)sb;
+    }
+}

@@ -1,0 +1,238 @@
+"""ppo.compile on the CPU: a 64-wide hidden block's product and its LayerNorm(ReLU(.)) as one kernel (`linear_act_norm.c`).
+
+Why: at the MAPPO paper's setting (76,800 agent samples per mini-batch) the hidden blocks' products and the
+LayerNorm(act) kernel (models/act_norm.py) each stream the block's 19.7 MB activation through memory: forward, the
+product writes z and the LayerNorm reads it back; backward, the next layer's input-gradient product writes the
+block's output gradient and the LayerNorm backward reads it back. Here a thread computes a run of rows' products
+in registers and applies the LayerNorm (or its backward) to them before they leave, so z is written once and never
+re-read, and the output gradient is never written at all. The products are the library's own AVX-512 loops
+(64 outputs = 4 vectors per row, 7 rows at a time), at least as fast here as oneDNN's for these shapes
+(`benchmarks/linear_act_norm.py`).
+
+How: an Inductor post-grad pass (after autograd, so it sees both directions; it runs before the oneDNN and
+weight-gradient passes) rewrites
+- `act_norm(mm / addmm(x, w[, bias]))` into `hypermappo::linear_act_norm`, which also returns z for the backward;
+- `act_norm_backward(mm(g, w), ...)` into `hypermappo::linear_act_norm_backward` (the product's only use),
+for fp32 CPU blocks of exactly 64 features with ReLU (the MAPPO reference's block; Tanh and other widths keep the
+separate kernels). Same maths to float rounding (another summation order in the products; the affine gradients'
+per-thread sums in double added in thread order, so one thread count gives the same bits every run). The eager
+path is unchanged. `HYPERMAPPO_LINEAR_ACT_NORM=0` turns it off (side-by-side timing); a kernel that cannot be built
+leaves the graphs as they were, said by `status()`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import operator
+from pathlib import Path
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from hypermappo.compiled import pass_key, switch
+from hypermappo.models import act_norm, c_kernel
+
+_SOURCE = Path(__file__).with_suffix(".c")
+WIDTH = 64  # the kernel's block width (4 AVX-512 vectors)
+RELU = act_norm.ACTS["relu"]
+aten = torch.ops.aten
+_LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+
+
+def library() -> ctypes.CDLL | str:
+    if not _LIBRARY:
+        lib = c_kernel.build(_SOURCE, "linear_act_norm", ["-march=native"])
+        if not isinstance(lib, str):
+            lib.linear_act_norm_forward.restype = None
+            lib.linear_act_norm_backward.restype = None
+        _LIBRARY.append(lib)
+    return _LIBRARY[0]
+
+
+def enabled() -> bool:
+    return (switch("HYPERMAPPO_LINEAR_ACT_NORM") and act_norm.unavailable() is None
+            and not isinstance(library(), str))
+
+
+def status() -> str:
+    """For summary.json: whether compiled graphs fuse the 64-wide blocks' products with their LayerNorm(ReLU)."""
+    if not switch("HYPERMAPPO_LINEAR_ACT_NORM"):
+        return "off (HYPERMAPPO_LINEAR_ACT_NORM=0)"
+    if act_norm.unavailable() is not None:
+        return f"off (the act_norm kernel: {act_norm.unavailable()})"
+    lib = library()
+    return f"off ({lib})" if isinstance(lib, str) else f"on in compiled graphs from {act_norm.MIN_ROWS:,} rows"
+
+
+def _lib() -> ctypes.CDLL:
+    lib = library()
+    if isinstance(lib, str):
+        raise RuntimeError(f"the linear_act_norm kernel: {lib}")
+    return lib
+
+
+def _operands(a: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """a [R, K] with contiguous columns (rows may be strided), w [K, 64] contiguous (small: copied if need be)."""
+    if (a.dtype != torch.float32 or w.dtype != torch.float32 or a.dim() != 2 or w.dim() != 2
+            or w.shape != (a.shape[1], WIDTH)):
+        raise RuntimeError(f"linear_act_norm takes float32 a [R, K] and w [K, {WIDTH}], got {a.dtype} "
+                           f"{tuple(a.shape)} and {w.dtype} {tuple(w.shape)}")
+    return (a if a.stride(-1) == 1 else a.contiguous()), w.contiguous()
+
+
+def _forward_cpu(x, w, bias, gamma, beta, eps):
+    x, w = _operands(x, w)
+    rows, k = x.shape
+    z, h = x.new_empty(rows, WIDTH), x.new_empty(rows, WIDTH)
+    mean, rstd = x.new_empty(rows), x.new_empty(rows)
+    p = c_kernel.ptr
+    _lib().linear_act_norm_forward(
+        p(x), ctypes.c_long(x.stride(0)), p(w), p(bias.contiguous()) if bias is not None else None,
+        p(gamma.contiguous()), p(beta.contiguous()), p(z), p(h), p(mean), p(rstd), ctypes.c_long(rows),
+        ctypes.c_long(k), ctypes.c_double(eps), ctypes.c_int(torch.get_num_threads()))
+    return h, mean, rstd, z
+
+
+def _backward_cpu(g, w, z, gamma, mean, rstd):
+    g, w = _operands(g, w)
+    rows, k = g.shape
+    z = z.reshape(rows, WIDTH).contiguous()
+    threads = torch.get_num_threads()
+    gz, ggamma, gbeta = z.new_empty(rows, WIDTH), gamma.new_empty(WIDTH), gamma.new_empty(WIDTH)
+    partial = torch.empty(2 * threads * WIDTH, dtype=torch.float64)
+    p = c_kernel.ptr
+    _lib().linear_act_norm_backward(
+        p(g), ctypes.c_long(g.stride(0)), p(w), p(z), p(gamma.contiguous()), p(mean.contiguous()),
+        p(rstd.contiguous()), p(gz), p(ggamma), p(gbeta), p(partial), ctypes.c_long(rows), ctypes.c_long(k),
+        ctypes.c_int(threads))
+    return gz, ggamma, gbeta
+
+
+# no autograd formulas: they appear only in graphs after autograd (a direct differentiation is an error)
+linear_act_norm_op = c_kernel.define_op(
+    "linear_act_norm", "(Tensor x, Tensor w, Tensor? bias, Tensor gamma, Tensor beta, float eps) "
+    "-> (Tensor, Tensor, Tensor, Tensor)", _forward_cpu,
+    lambda x, w, bias, gamma, beta, eps: (x.new_empty(x.shape[0], WIDTH), x.new_empty(x.shape[0]),
+                                          x.new_empty(x.shape[0]), x.new_empty(x.shape[0], WIDTH)))
+linear_act_norm_backward_op = c_kernel.define_op(
+    "linear_act_norm_backward", "(Tensor g, Tensor w, Tensor z, Tensor gamma, Tensor mean, Tensor rstd) "
+    "-> (Tensor, Tensor, Tensor)", _backward_cpu,
+    lambda g, w, z, gamma, mean, rstd: (g.new_empty(g.shape[0], WIDTH), gamma.new_empty(WIDTH),
+                                        gamma.new_empty(WIDTH)))
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _through_views(node: torch.fx.Node) -> tuple[torch.fx.Node, list[torch.fx.Node]]:
+    """The node under a chain of reshaping views, and the views (outermost first)."""
+    views = []
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in _VIEWS:
+        views.append(node)
+        node = node.args[0]
+    return node, views
+
+
+def _product(node: torch.fx.Node, rows: int) -> tuple | None:
+    """(x, w, bias) of an fp32 CPU mm / addmm node of `rows` rows and 64 outputs, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.kwargs:
+        return None
+    if node.target is aten.addmm.default:
+        bias, x, w = node.args
+        vb = _val(bias)
+        if vb is None or tuple(vb.shape) != (WIDTH,) or vb.dtype != torch.float32:
+            return None
+    elif node.target is aten.mm.default:
+        (x, w), bias = node.args, None
+    else:
+        return None
+    vx, vw = _val(x), _val(w)
+    if vx is None or vw is None or any(v.dtype != torch.float32 or v.device.type != "cpu" or v.dim() != 2
+                                       for v in (vx, vw)):
+        return None
+    if vx.shape[0] != rows or vw.shape[1] != WIDTH:
+        return None
+    return x, w, bias
+
+
+def _block(z: torch.fx.Node) -> bool:
+    vz = _val(z)
+    return (vz is not None and vz.dim() == 2 and vz.shape[1] == WIDTH and vz.dtype == torch.float32
+            and vz.device.type == "cpu")
+
+
+class LinearActNormPass(CustomGraphPass):
+    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrites the module docstring
+    describes."""
+
+    def __init__(self):
+        self.rewritten = {"forward": 0, "backward": 0}  # by this process (tests read it)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        order = {node: i for i, node in enumerate(graph.nodes)}
+        for node in list(graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target is act_norm.act_norm_op:
+                self._forward(graph, node, order)
+            elif node.target is act_norm.act_norm_backward_op:
+                self._backward(graph, node)
+
+    def _forward(self, graph: torch.fx.Graph, node: torch.fx.Node, order: dict) -> None:
+        z, gamma, beta, act, eps = node.args
+        if act != RELU or not _block(z):
+            return
+        prod, _views = _through_views(z)
+        args = _product(prod, _val(z).shape[0])
+        if args is None:
+            return
+        # the fused node goes where the LayerNorm was if the product's other users (the backward's saved z) all
+        # come later, else where the product was if the affine is there already; otherwise the graph is left alone
+        later = len(order)
+        if z is prod and all(order.get(u, later) > order[node] for u in prod.users if u is not node):
+            where = graph.inserting_before(node)
+        elif all(order.get(a, later) < order[prod] for a in (gamma, beta) if isinstance(a, torch.fx.Node)):
+            where = graph.inserting_after(prod)
+        else:
+            return
+        x, w, bias = args
+        with where:
+            fused = graph.call_function(linear_act_norm_op, (x, w, bias, gamma, beta, eps))
+        with graph.inserting_after(fused):
+            z_out = graph.call_function(operator.getitem, (fused, 3))
+        fused.meta["val"] = (*node.meta["val"], prod.meta["val"])
+        z_out.meta["val"] = prod.meta["val"]
+        prod.replace_all_uses_with(z_out)
+        node.replace_all_uses_with(fused)
+        graph.erase_node(node)
+        graph.erase_node(prod)
+        self.rewritten["forward"] += 1
+
+    def _backward(self, graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+        grad_h, z, gamma, mean, rstd, act = node.args
+        if act != RELU or not _block(grad_h):
+            return
+        prod, views = _through_views(grad_h)
+        chain = [*views, prod]
+        if any(len(n.users) != 1 for n in chain):  # the product feeds this LayerNorm backward only
+            return
+        args = _product(prod, _val(grad_h).shape[0])
+        if args is None or args[2] is not None:
+            return
+        g, w, _ = args
+        with graph.inserting_before(node):
+            fused = graph.call_function(linear_act_norm_backward_op, (g, w, z, gamma, mean, rstd))
+        fused.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(fused)
+        graph.erase_node(node)
+        for n in chain:
+            graph.erase_node(n)
+        self.rewritten["backward"] += 1
+
+    def uuid(self) -> bytes:
+        return pass_key(__file__, WIDTH, act_norm.MIN_ROWS, _SOURCE.read_bytes())
+
+
+PASS = LinearActNormPass()

@@ -1,0 +1,150 @@
+"""The 64-wide hidden blocks' products fused with their LayerNorm(ReLU) (linear_act_norm.py / .c): the ops against
+the product followed by the act_norm kernel, and the graph pass's rewrites (where it must and must not apply).
+Inside the compiled MAPPO step: tests/test_compiled.py (`mlp-linear-act-norm`, against the eager run)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from hypermappo import linear_act_norm as lan
+from hypermappo.models import act_norm
+
+pytestmark = pytest.mark.skipif(isinstance(lan.library(), str) or act_norm.unavailable() is not None,
+                                reason="no C compiler for the kernels")
+EPS = 1e-5
+
+
+def affine(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(64, generator=g) + 0.5, torch.randn(64, generator=g) * 0.1
+
+
+def operand(rows, k, strided, seed):
+    g = torch.Generator().manual_seed(seed)
+    full = torch.randn(rows, k + (3 if strided else 0), generator=g)
+    return full[:, :k]
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b, rtol=2e-5, atol=2e-5 * float(b.abs().max()))
+
+
+# rows: the kernel takes 7 rows at a time; 7 * 9 + 4 leaves a shorter last run on each thread's side
+@pytest.mark.parametrize("k, rows, strided, with_bias", [(64, 67, False, True), (14, 67, True, True),
+                                                        (1, 100, False, False), (9, 1000, True, True)])
+def test_forward_is_the_product_then_the_act_norm_kernel(k, rows, strided, with_bias):
+    x = operand(rows, k, strided, 1)
+    w = torch.randn(64, k, generator=torch.Generator().manual_seed(2)).t()  # a Linear's weight as addmm takes it
+    bias = torch.randn(64) if with_bias else None
+    gamma, beta = affine()
+    h, mean, rstd, z = lan.linear_act_norm_op(x, w, bias, gamma, beta, EPS)
+    z_ref = torch.addmm(bias, x, w) if with_bias else x @ w
+    h_ref, mean_ref, rstd_ref = act_norm.act_norm_op(z_ref, gamma, beta, act_norm.ACTS["relu"], EPS)
+    for got, want in ((z, z_ref), (h, h_ref), (mean, mean_ref), (rstd, rstd_ref)):
+        close(got, want)
+
+
+@pytest.mark.parametrize("k, rows, strided", [(64, 67, False), (9, 1000, True), (1, 100, True)])
+def test_backward_is_the_product_then_the_act_norm_backward_kernel(k, rows, strided):
+    gamma, beta = affine()
+    z = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3))
+    _, mean, rstd = act_norm.act_norm_op(z, gamma, beta, act_norm.ACTS["relu"], EPS)
+    g = operand(rows, k, strided, 4)
+    w = torch.randn(k, 64, generator=torch.Generator().manual_seed(5))
+    got = lan.linear_act_norm_backward_op(g, w, z, gamma, mean, rstd)
+    want = act_norm.act_norm_backward_op(g @ w, z, gamma, mean, rstd, act_norm.ACTS["relu"])
+    for a, b in zip(got, want):
+        close(a, b)
+
+
+def test_same_threads_give_the_same_bits():
+    gamma, beta = affine()
+    x, w = operand(5000, 64, False, 6), torch.randn(64, 64)
+    first = lan.linear_act_norm_op(x, w, None, gamma, beta, EPS)
+    again = lan.linear_act_norm_op(x, w, None, gamma, beta, EPS)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    back = [lan.linear_act_norm_backward_op(x, w, first[3], gamma, first[1], first[2]) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(*back))
+
+
+def test_bad_operands_are_refused():
+    gamma, beta = affine()
+    with pytest.raises(RuntimeError, match=r"w \[K, 64\]"):
+        lan.linear_act_norm_op(torch.randn(10, 8), torch.randn(8, 32), None, gamma, beta, EPS)
+
+
+# ------------------------------------------------------------------ the graph pass
+
+def block(x, w1, b1, gamma, beta, w2, g2, act):
+    """A hidden block forward and, by hand, its backward as the post-grad graphs have them."""
+    z = torch.addmm(b1, x, w1)
+    h, mean, rstd = act_norm.act_norm_op(z, gamma, beta, act, EPS)
+    grad_h = g2 @ w2
+    grad_z, grad_gamma, grad_beta = act_norm.act_norm_backward_op(grad_h, z, gamma, mean, rstd, act)
+    return h, grad_z, grad_gamma, grad_beta
+
+
+def inputs(width=64, rows=300, k=14, k2=9):
+    g = torch.Generator().manual_seed(7)
+    return (torch.randn(rows, k, generator=g), torch.randn(k, width, generator=g) / 4, torch.randn(width, generator=g),
+            torch.rand(width, generator=g) + 0.5, torch.randn(width, generator=g), torch.randn(k2, width, generator=g),
+            torch.randn(rows, k2, generator=g))
+
+
+def rewritten(fn, args):
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    before = dict(lan.PASS.rewritten)
+    lan.PASS(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    return gm, {k: v - before[k] for k, v in lan.PASS.rewritten.items()}
+
+
+def test_pass_fuses_both_directions_and_computes_the_same():
+    args = inputs()
+    relu = act_norm.ACTS["relu"]
+    gm, counts = rewritten(lambda *a: block(*a, relu), args)
+    assert counts == {"forward": 1, "backward": 1}
+    targets = {n.target for n in gm.graph.nodes}
+    assert {lan.linear_act_norm_op, lan.linear_act_norm_backward_op} <= targets
+    assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, torch.ops.aten.mm.default,
+                torch.ops.aten.addmm.default} & targets
+    for got, want in zip(gm(*args), block(*args, relu)):
+        close(got, want)
+
+
+@pytest.mark.parametrize("case", ["tanh", "width 32"])
+def test_pass_leaves_blocks_the_kernel_does_not_cover(case):
+    act = act_norm.ACTS["tanh" if case == "tanh" else "relu"]
+    args = inputs(width=32 if case == "width 32" else 64)
+    _, counts = rewritten(lambda *a: block(*a, act), args)
+    assert counts == {"forward": 0, "backward": 0}
+
+
+def test_pass_keeps_a_product_that_has_other_users():
+    """The input-gradient product is fused away only when the LayerNorm backward is its one user."""
+    relu = act_norm.ACTS["relu"]
+
+    def shared(x, w1, b1, gamma, beta, w2, g2):
+        z = torch.addmm(b1, x, w1)
+        h, mean, rstd = act_norm.act_norm_op(z, gamma, beta, relu, EPS)
+        grad_h = g2 @ w2
+        out = act_norm.act_norm_backward_op(grad_h, z, gamma, mean, rstd, relu)
+        return (h, *out, grad_h.sum())
+
+    args = inputs()
+    gm, counts = rewritten(shared, args)
+    assert counts == {"forward": 1, "backward": 0}
+    for got, want in zip(gm(*args), shared(*args)):
+        close(got, want)
+
+
+def test_switch_and_status(monkeypatch):
+    monkeypatch.setenv("HYPERMAPPO_LINEAR_ACT_NORM", "0")
+    assert not lan.enabled() and lan.status() == "off (HYPERMAPPO_LINEAR_ACT_NORM=0)"
+    monkeypatch.setenv("HYPERMAPPO_LINEAR_ACT_NORM", "1")
+    assert lan.enabled() and lan.status().startswith("on in compiled graphs")
+    monkeypatch.setenv("HYPERMAPPO_ACT_NORM", "0")  # nothing to fuse into without the act_norm kernel
+    assert not lan.enabled() and "HYPERMAPPO_ACT_NORM=0" in lan.status()
