@@ -46,8 +46,11 @@ def test_forward_is_the_product_then_the_act_norm_kernel(k, rows, strided, with_
         close(got, want)
 
 
-@pytest.mark.parametrize("k, rows, strided", [(64, 67, False), (9, 1000, True), (1, 100, True)])
-def test_backward_is_the_product_then_the_act_norm_backward_kernel(k, rows, strided):
+@pytest.mark.parametrize("k, rows, strided, threads", [(64, 67, False, 1), (9, 1000, True, 1), (1, 100, True, 1),
+                                                      (64, 1000, False, 2)])
+def test_backward_is_the_product_then_the_act_norm_backward_kernel(monkeypatch, k, rows, strided, threads):
+    """(threads = 2: the affine gradients' per-thread sums are all added)"""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)  # the ops pass this count to the kernel
     gamma, beta = affine()
     z = torch.randn(rows, 64, generator=torch.Generator().manual_seed(3))
     _, mean, rstd = act_norm.act_norm_op(z, gamma, beta, act_norm.ACTS["relu"], EPS)
