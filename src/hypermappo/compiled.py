@@ -6,7 +6,8 @@ with ppo.minibatch_over=agents) run as
 torch.compile graphs with static shapes; where the env splits its step, the policy forward, the step's buffer
 writes and the env's step core are one graph per collection step (`collect_step.py`). Every graph's calling code
 is C++ (`cpp_wrapper`). Hyper-MAPPO's fused attention kernel and the LayerNorm(act) kernel are torch ops, one
-opaque call inside those graphs; large row-major products run in oneDNN rather than MKL (`onednn_gemm.py`),
+opaque call inside those graphs; a 64-wide ReLU block's product and its LayerNorm run as one kernel in each
+direction (`linear_act_norm.py`), other large row-major products in oneDNN rather than MKL (`onednn_gemm.py`),
 weight gradients over many rows in a C kernel (`weight_grad.py`), and a forward / backward pair of graphs
 recomputes comparison masks instead of saving them as bool (`bool_masks.py`). The maths
 is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
