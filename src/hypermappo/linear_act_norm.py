@@ -44,7 +44,7 @@ calls = Counter()  # kernel calls in this process, "forward" / "backward" (a gra
 
 def library() -> ctypes.CDLL | str:
     if not _LIBRARY:
-        lib = c_kernel.build(_SOURCE, "linear_act_norm", ["-march=native"])
+        lib = c_kernel.build(_SOURCE, "linear_act_norm", ["-march=native", "-Wno-psabi"])  # psabi: the non-AVX-512 build
         if not isinstance(lib, str):
             lib.linear_act_norm_forward.restype = None
             lib.linear_act_norm_backward.restype = None
