@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, write_results  # noqa: E402
+from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, started_run, write_results  # noqa: E402
 
 ROWS = [("ippo, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL], True),
         ("mappo, mpe/simple_spread preset batch", "mpe:simple_spread", 128, VARIANTS["mappo"], True),
@@ -41,15 +41,9 @@ def measure(name: str, env: str, e: int, overrides: list[str], collect: bool, ro
     from hypermappo import collect_step
     from hypermappo.algos.fused_step import FusedMinibatchStep
     from hypermappo.compiled import compile_fn
-    from hypermappo.config import build_config
-    from hypermappo.experiment import Experiment
-
     c = case(name, env, e, threads, [*overrides, "ppo.compile=on"])
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = build_config(None, [f"env={env}", f"num_envs={e}", f"torch_threads={threads}", *c["overrides"],
-                                  f"run_dir={tmp}/run"])
-        exp = Experiment(cfg, quiet=True)
-        exp._start_episodes()
+        exp = started_run(c, f"{tmp}/run")
         L = exp.primary
         collectors = {}
         if collect:

@@ -20,12 +20,11 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import VARIANTS, case, machine, span, write_results  # noqa: E402
+from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 ENV, E = "vmas:simple_spread", 1024
 
@@ -36,27 +35,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
 
-    from hypermappo.config import build_config
-    from hypermappo.experiment import Experiment
-
     info = machine()
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {}
-        for mode in ("off", "on"):
-            c = case("mappo", ENV, E, args.threads, [*VARIANTS["mappo"], f"ppo.compile={mode}"])
-            cfg = build_config(None, [f"env={ENV}", f"num_envs={E}", f"torch_threads={args.threads}", *c["overrides"],
-                                      f"run_dir={tmp}/{mode}"])
-            runs[mode] = Experiment(cfg, quiet=True)
-            runs[mode]._start_episodes()
-
-        def step(exp) -> tuple[float, float]:
-            L = exp.primary
-            t0 = time.perf_counter()
-            exp.collect()
-            t1 = time.perf_counter()
-            L.algo.update(L.buffer, L.batch_generator)
-            return t1 - t0, time.perf_counter() - t1
-
+        runs = {mode: started_run(case("mappo", ENV, E, args.threads, [*VARIANTS["mappo"], f"ppo.compile={mode}"]),
+                                  f"{tmp}/{mode}") for mode in ("off", "on")}
+        step = collect_and_update
         for _ in range(2):
             step(runs["off"]), step(runs["on"])
         rounds = []

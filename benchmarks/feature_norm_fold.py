@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, write_results  # noqa: E402
+from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, started_run, write_results  # noqa: E402
 
 PAPER = ("vmas:simple_spread", 1024)
 ROWS = [("mappo eager, paper", *PAPER, [*VARIANTS["mappo"], "ppo.compile=off"]),
@@ -37,16 +37,11 @@ ROWS = [("mappo eager, paper", *PAPER, [*VARIANTS["mappo"], "ppo.compile=off"]),
 
 
 def measure(name: str, env: str, e: int, overrides: list[str], rounds: int, threads: int) -> dict:
-    from hypermappo.config import build_config
-    from hypermappo.experiment import Experiment
     from hypermappo.models.agent_layers import AgentMLP
 
     c = case(name, env, e, threads, overrides)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = build_config(None, [f"env={env}", f"num_envs={e}", f"torch_threads={threads}", *c["overrides"],
-                                  f"run_dir={tmp}/run"])
-        exp = Experiment(cfg, quiet=True)
-        exp._start_episodes()
+        exp = started_run(c, f"{tmp}/run")
         L = exp.primary
         trunks = [m for net in (L.actor, L.critic) for m in net.modules() if isinstance(m, AgentMLP)]
         assert trunks and all(t.fold_feature_norm for t in trunks), "the fold is not on by default here"

@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from throughput import VARIANTS, case, machine, span, write_results  # noqa: E402
+from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 ROWS_76800 = 76_800
 FORWARD_K = (14, 45, 64)  # the actor's first layer (VMAS obs), the critic's first layer (state + id), a hidden one
@@ -81,25 +81,13 @@ def kernels(rounds: int, repeat: int) -> list[dict]:
 
 def steps(variant: str, rounds: int, threads: int) -> dict:
     from hypermappo import compiled, linear_act_norm
-    from hypermappo.config import build_config
-    from hypermappo.experiment import Experiment
 
     c = case(variant, ENV, E, threads, [*VARIANTS[variant], "ppo.compile=on"])
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {}
-        for arm in ("fused", "separate"):
-            cfg = build_config(None, [f"env={ENV}", f"num_envs={E}", f"torch_threads={threads}", *c["overrides"],
-                                      f"run_dir={tmp}/{arm}"])
-            runs[arm] = Experiment(cfg, quiet=True)
-            runs[arm]._start_episodes()
+        runs = {arm: started_run(c, f"{tmp}/{arm}") for arm in ("fused", "separate")}
 
         def step(arm: str) -> tuple[float, float]:
-            exp = runs[arm]
-            t0 = time.perf_counter()
-            exp.collect()
-            t1 = time.perf_counter()
-            exp.primary.algo.update(exp.primary.buffer, exp.primary.batch_generator)
-            return t1 - t0, time.perf_counter() - t1
+            return collect_and_update(runs[arm])
 
         calls = {}
         for arm in ("fused", "separate"):  # each compiles its graphs under its own setting of the pass

@@ -190,6 +190,28 @@ def clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
+def started_run(c: dict, run_dir: str):
+    """The Experiment of case `c` (see `case`) in `run_dir`, its envs reset: ready for `collect_and_update`."""
+    from hypermappo.config import build_config
+    from hypermappo.experiment import Experiment
+
+    cfg = build_config(None, [f"env={c['env']}", f"num_envs={c['num_envs']}", f"torch_threads={c['threads']}",
+                              *c["overrides"], f"run_dir={run_dir}"])
+    exp = Experiment(cfg, quiet=True)
+    exp._start_episodes()
+    return exp
+
+
+def collect_and_update(exp) -> tuple[float, float]:
+    """Wall seconds of one rollout's collection and of the primary learner's update on it (no diagnostics)."""
+    learner = exp.primary
+    t0 = time.perf_counter()
+    exp.collect()
+    t1 = time.perf_counter()
+    learner.algo.update(learner.buffer, learner.batch_generator)
+    return t1 - t0, time.perf_counter() - t1
+
+
 def train_iteration(exp) -> list[tuple[float, float, float]]:
     """One update of `Experiment.run()` (collect, diagnostics when due, update, audit) -> seconds of
     (collect, update, diagnostics), as [wall, process CPU]."""
@@ -258,16 +280,11 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
     """Runs in the worker process; see the module docstring for what is timed."""
     import torch
 
-    from hypermappo.config import build_config
-    from hypermappo.experiment import Experiment
-
     rss_imports = peak_rss_mb()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        cfg = build_config(None, [f"env={c['env']}", f"num_envs={c['num_envs']}", f"torch_threads={c['threads']}",
-                                  *c["overrides"], f"run_dir={tmp}/run"])
-        exp = Experiment(cfg, quiet=True)
-        exp._start_episodes()
+        exp = started_run(c, f"{tmp}/run")
+        cfg = exp.cfg
         warm_s = []  # ppo.compile: compiling happens in the first of these
         for _ in range(warmup):
             w0 = time.perf_counter()

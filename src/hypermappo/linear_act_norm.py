@@ -188,7 +188,7 @@ class LinearActNormPass(CustomGraphPass):
         z, gamma, beta, act, eps = node.args
         if act != RELU or not _block(z):
             return
-        prod, _views = _through_views(z)
+        prod, _ = _through_views(z)
         args = _product(prod, _val(z).shape[0])
         if args is None:
             return
