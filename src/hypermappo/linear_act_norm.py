@@ -6,8 +6,8 @@ product writes z and the LayerNorm reads it back; backward, the next layer's inp
 block's output gradient and the LayerNorm backward reads it back. Here a thread computes a run of rows' products
 in registers and applies the LayerNorm (or its backward) to them before they leave, so z is written once and never
 re-read, and the output gradient is never written at all. The products are the library's own AVX-512 loops
-(64 outputs = 4 vectors per row, 7 rows at a time), at least as fast here as oneDNN's for these shapes
-(`benchmarks/linear_act_norm.py`).
+(64 outputs = 4 vectors per row, 7 rows at a time); fused, each op took 1.0-2.0x less time than oneDNN's product
+followed by the act_norm kernel at 76,800 rows (`benchmarks/linear_act_norm.py`).
 
 How: an Inductor post-grad pass (after autograd, so it sees both directions; it runs before the oneDNN and
 weight-gradient passes) rewrites
