@@ -17,6 +17,7 @@ from hypermappo import bool_masks, collect_step, linear_act_norm, onednn_gemm, w
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
+from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.experiment import Experiment
 from hypermappo.models import act_norm
@@ -309,29 +310,35 @@ COLLECT_ACTORS = {"mlp": ["actor=mlp"],
 @pytest.mark.parametrize("actor", list(COLLECT_ACTORS))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
-    per step gives the eager run's rollout buffer (every row the graph writes and those written after the env step),
-    logged statistics and weights. Rollouts of 30 steps cross the 25-step time limit: auto-resets and the truncation
-    bootstrap run between graph steps."""
+    per step, and runs of 8 steps in which no episode ends as one graph call, give the eager run's rollout buffer
+    (every row the graphs write and those written after the env step), logged statistics and weights. Rollouts of 26
+    steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between graph steps, and
+    episodes start mid-rollout, so chunks start at other steps than 0."""
     runs = {}
     for mode in ("off", "on"):
         torch._dynamo.reset()
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         tiny = [o for o in TINY if not o.startswith("rollout_length=")]
         cfg = config_mod.build_config("mpe/simple_spread", [
-            *tiny, f"ppo.compile={mode}", "rollout_length=30", "total_env_steps=360", "ppo.num_mini_batch=2",
+            *tiny, f"ppo.compile={mode}", "rollout_length=26", "total_env_steps=312", "ppo.num_mini_batch=2",
             "checkpoint_interval=3", *COLLECT_ACTORS[actor]])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert (exp.collect_graph is not None) == (mode == "on")
         summary = exp.run()
         graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+        chunks = exp.collect_graph.chunks_run if exp.collect_graph is not None else 0
         buf = exp.primary.buffer
         rows_of_buffer = {k: v.clone() for k, v in vars(buf).items() if isinstance(v, torch.Tensor)}
-        runs[mode] = (rows(tmp_path / mode), summary, rows_of_buffer, graphs,
+        runs[mode] = (rows(tmp_path / mode), summary, rows_of_buffer, graphs, chunks,
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000003.pt", weights_only=False))
-    (e_rows, e_sum, e_buf, e_graphs, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, c_ckpt) = runs["off"], runs["on"]
-    assert (e_graphs, c_graphs) == (0, 2)  # the collection step and the mini-batch step
+    (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \
+        runs["off"], runs["on"]
+    assert (e_graphs, c_graphs) == (0, 3)  # the collection step, its 8-step chunk and the mini-batch step
+    # 3 rollouts of 26 steps from episode step 0, 1, 2: 3 + 2 + 2 runs of 8 without an end (the second rollout's
+    # third chance, at episode step 17, has 7 steps left before its end: one too few)
+    assert chunks == 7
     assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
-                                "core)") and "collect" not in e_sum
+                                "core); 8 steps per call where no episode can end") and "collect" not in e_sum
     assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
     if actor == "hyper-obs-smooth":
         assert "prev_obs" in e_buf
@@ -352,6 +359,34 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
         torch.testing.assert_close(c_ckpt["actor"][name], w, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@needs_cxx
+def test_nonfinite_reward_inside_a_chunk_names_its_own_step(tmp_path, monkeypatch):
+    """A NaN reward at episode step 13 (rollout step 13: the 5th step of the chunk of steps 9-16) stops the run with
+    the message the one-step-per-call path gives for it."""
+    advance = SimpleSpreadVecEnv._advance
+
+    def nan_at_step_13(self, actions):  # traced into the graphs: the reward of env 1 at its 13th step is NaN
+        final_obs, reward, truncated, ep_return, ep_length = advance(self, actions)
+        reward = torch.where((self.t == 13).unsqueeze(1) & (torch.arange(self.num_envs) == 1).unsqueeze(1),
+                             float("nan"), reward)
+        return final_obs, reward, truncated, ep_return, ep_length
+
+    monkeypatch.setattr(SimpleSpreadVecEnv, "_advance", nan_at_step_13)
+    messages = {}
+    for chunks in ("1", "0"):
+        monkeypatch.setenv("HYPERMAPPO_COLLECT_CHUNK", chunks)
+        torch._dynamo.reset()
+        exp = Experiment(cfg_of("mpe/simple_spread", ["ppo.compile=on", "rollout_length=30", "total_env_steps=360"]),
+                         tmp_path / chunks, quiet=True)
+        with pytest.raises(NonFiniteError) as error:
+            exp.run()
+        messages[chunks] = str(error.value).replace(str(tmp_path / chunks), "RUN_DIR")
+        assert (exp.collect_graph.chunks_run > 0) == (chunks == "1")
+    assert messages["1"] == messages["0"]
+    assert "non-finite reward (nan) from env 'mpe:simple_spread' at update 1, rollout step 13" in messages["1"]
+    assert "env 1, agent slot 0" in messages["1"]
+
+
 def test_collection_graph_says_why_not(tmp_path, monkeypatch):
     """The run header's collection line: an env without a step core, or the switch off, keeps the two-call path."""
     cases = {"staghunt/default": "StagHuntVecEnv has no branch-free step core (VecEnv.step_parts)",
@@ -363,6 +398,14 @@ def test_collection_graph_says_why_not(tmp_path, monkeypatch):
         assert exp.collect_graph is None
         assert exp.summary_extra["collect"] == f"collection: policy and env step as separate calls ({reason})"
     monkeypatch.delenv("HYPERMAPPO_COLLECT_GRAPH")
+    monkeypatch.setenv("HYPERMAPPO_COLLECT_CHUNK", "0")  # one graph per step, one step per call
+    exp = Experiment(cfg_of("mpe/simple_spread", ["ppo.compile=on", "total_env_steps=40"]), tmp_path / "c", quiet=True)
+    assert exp.collect_graph is not None and exp.collect_graph.chunked is None
+    assert exp.summary_extra["collect"].endswith("; one step per call (HYPERMAPPO_COLLECT_CHUNK=0)")
+    monkeypatch.setenv("HYPERMAPPO_COLLECT_CHUNK", "yes")
+    with pytest.raises(UserError, match="HYPERMAPPO_COLLECT_CHUNK='yes': expected 0 or 1"):
+        Experiment(cfg_of("mpe/simple_spread", ["ppo.compile=on", "total_env_steps=40"]), tmp_path / "y", quiet=True)
+    monkeypatch.delenv("HYPERMAPPO_COLLECT_CHUNK")
     groups = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "groups=[{name: h0, agents: [0]}, {name: h1, "
                                                     "agents: [1]}]"]), tmp_path / "g", quiet=True)
     assert collect_step.blocker(groups.groups, groups.env) == "more than one policy group, or a group that does not learn"
@@ -476,4 +519,5 @@ def test_run_header_says_how_collection_runs(tmp_path, capsys, monkeypatch):
               f"run_dir={tmp_path / 'r'}", "--quiet"])
     out = capsys.readouterr().out
     assert "compile: on (ppo.compile=on" in out
-    assert "collection: one graph per step (policy forward, sampling, buffer writes, env step core)" in out
+    assert ("collection: one graph per step (policy forward, sampling, buffer writes, env step core); 8 steps per "
+            "call where no episode can end") in out

@@ -163,3 +163,26 @@ def test_render_and_errors():
         make_env("mpe:simple_spread", 2, N=0)
     with pytest.raises(UserError):
         make_env("mpe:simple_spread", 2, render_mode="human")
+
+
+def test_steps_without_end_is_exact_and_carry_is_finish_without_a_reset():
+    """The promise chunked collection relies on (collect_step.py): the next `steps_without_end()` steps end no
+    episode and the one after ends some (envs at different episode steps, max_cycles 7); on such a step, `carry`
+    gives what `finish` gives."""
+    env = SimpleSpreadVecEnv(3, max_cycles=7)
+    env.reset(seed=0)
+    env.t.copy_(torch.tensor([0, 2, 5]))  # the env at step 5 ends first, at its 2nd next step
+    g = torch.Generator().manual_seed(1)
+    seen = []
+    for _ in range(30):
+        k = env.steps_without_end()
+        seen.append(k)
+        for _ in range(k):
+            core = env.step_parts()[0](torch.randint(0, 5, (3, 3), generator=g))
+            obs, state, active, available, done = env.carry(*core)
+            step = env.step_parts()[1](*core)
+            assert not bool(step.episode_done.any())
+            assert torch.equal(obs, step.obs) and torch.equal(state, step.state) and torch.equal(active, step.active)
+            assert available is None and step.available_actions is None and torch.equal(done, step.done)
+        assert bool(env.step(torch.randint(0, 5, (3, 3), generator=g)).episode_done.any())
+    assert seen[:3] == [1, 2, 1] and set(seen) <= set(range(7))

@@ -375,7 +375,12 @@ class Experiment:
         group_returns: dict[str, list] = {g.name: [] for g in self.groups}
         learning = [g for g in self.groups if g.learning]
         bootstrap = any(g.learner.off_policy or g.learner.cfg.ppo.bootstrap_truncated for g in learning)
-        for t in range(cfg.rollout_length):
+        t = 0
+        while t < cfg.rollout_length:
+            if self.collect_graph is not None and self.collect_graph.chunk_fits(t):  # steps in which nothing ends
+                s = self._collect_chunk(t, s)
+                t += collect_step.CHUNK
+                continue
             pending, parts = {}, []
             if self.collect_graph is not None:  # one group: its act and the env core in one graph, then the rest
                 g = self.groups[0]
@@ -416,6 +421,7 @@ class Experiment:
                         group_returns[g.name].append(g.ep_return[done_idx])
                         g.ep_return = torch.where(done_idx, 0.0, g.ep_return)
             s = nxt
+            t += 1
         self.last = s
         for g in learning:
             L = g.learner
@@ -442,6 +448,21 @@ class Experiment:
         for k, vs in extras.items():
             stats[k] = float(torch.cat(vs).mean())
         return stats
+
+    def _collect_chunk(self, t: int, s: EnvStep) -> EnvStep:
+        """Steps t .. t + CHUNK - 1 as one graph call (collect_step.py; no episode ends in them, so no resets,
+        bootstraps or episode statistics); their rewards, observations and states checked as each step's are."""
+        try:
+            last, rewards, observations, states = self.collect_graph.chunk(t, s)
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the env's own failure
+            raise self._env_failure(e, f"at {self._where(t)}") from e
+        if not math.isfinite(float(rewards.sum() + observations.sum() + states.sum())):
+            for k in range(collect_step.CHUNK):  # the first step with a non-finite value, as the step-wise check
+                self._raise_if_nonfinite((("reward", rewards[k]), ("observation", observations[k]),
+                                          ("state", states[k])), t + k)
+        return last
 
     def _learner_act(self, g, s: EnvStep, t: int):
         """A learning group's batched actor + critic forward on its slots, stored at step t of its buffer."""

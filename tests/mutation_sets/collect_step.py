@@ -9,6 +9,8 @@ EQUAL_MLP = f"{T}::test_collection_graph_run_equals_the_eager_run[mlp]"
 EQUAL_SMOOTH = f"{T}::test_collection_graph_run_equals_the_eager_run[hyper-obs-smooth]"
 WHY_NOT = f"{T}::test_collection_graph_says_why_not"
 HEADER = f"{T}::test_run_header_says_how_collection_runs"
+NONFINITE = f"{T}::test_nonfinite_reward_inside_a_chunk_names_its_own_step"
+VEC = "src/hypermappo/envs/vec.py"
 
 
 def mutations(M):
@@ -53,4 +55,51 @@ def mutations(M):
           "rel[:, L:], dist[:, L:]",
           (EQUAL_MLP,),
           "the cached geometry keeps a graph's strides, so the next collection call recompiles (a third graph)"),
+        # runs of CHUNK steps without an episode end as one graph call
+        M("chunk_trace_end_not_written", CS,
+          "            L.buffer.dones.index_copy_(0, row, trace_end.unsqueeze(0))\n",
+          "",
+          (EQUAL_MLP,),
+          "a chunk's trace ends not written (the rows keep the last rollout's ends: GAE cut at the wrong steps)"),
+        M("chunk_reset_mask_not_moved_on", CS,
+          "        L.reset_mask = reset\n",
+          "",
+          (EQUAL_MLP,),
+          "the learner's reset mask left as it was before the chunk (the next step's reset row is stale)"),
+        M("chunk_prev_obs_of_the_last_step", CS,
+          "L.prev_obs = observations[-2] if CHUNK > 1 else s.obs",
+          "L.prev_obs = observations[-1] if CHUNK > 1 else s.obs",
+          (EQUAL_SMOOTH,),
+          "after a chunk the previous observation is the next step's own (off by one)"),
+        M("chunk_prev_obs_not_advanced_inside", CS,
+          "            prev_obs = obs if prev_obs is not None else None\n",
+          "",
+          (EQUAL_SMOOTH,),
+          "inside a chunk every step's previous observation is the one before the chunk"),
+        M("chunk_across_an_episode_end", CS,
+          "self.env.steps_without_end() >= CHUNK",
+          "self.env.steps_without_end() >= CHUNK - 1",
+          (EQUAL_MLP,),
+          "a chunk may hold an episode's last step (no auto-reset: the env runs past its time limit)"),
+        M("mpe_steps_without_end_off_by_one", MPE,
+          "return self.max_cycles - 1 - int(self.t.max())",
+          "return self.max_cycles - int(self.t.max())",
+          ("tests/test_env_mpe_torch.py::test_steps_without_end_is_exact_and_carry_is_finish_without_a_reset",
+           EQUAL_MLP),
+          "the env promises one step too many without an end"),
+        M("chunk_nonfinite_step_not_located", EXP,
+          '("state", states[k])), t + k)',
+          '("state", states[k])), t)',
+          (NONFINITE,),
+          "a non-finite value inside a chunk reported at the chunk's first step"),
+        M("chunk_nonfinite_not_checked", EXP,
+          "if not math.isfinite(float(rewards.sum() + observations.sum() + states.sum())):",
+          "if not math.isfinite(float(rewards[0].sum() + observations[0].sum() + states[0].sum())):",
+          (NONFINITE,),
+          "only a chunk's first step checked for non-finite values"),
+        M("chunk_note_says_one_step", CS,
+          'else f"{CHUNK} steps per call where no episode can end"',
+          'else "one step per call"',
+          (HEADER,),
+          "the run header silent about chunked collection"),
     ]

@@ -233,6 +233,15 @@ class SimpleSpreadVecEnv(VecEnv):
     def step(self, actions: torch.Tensor) -> EnvStep:
         return self._finish(*self._advance(actions))
 
+    def steps_without_end(self) -> int:
+        # the time limit is the only end (nobody dies): an env at step t ends at its (max_cycles - t)-th next step
+        return self.max_cycles - 1 - int(self.t.max())
+
+    def carry(self, final_obs, reward, truncated, ep_return, ep_length):
+        E, N = self.num_envs, self.n_agents
+        return (final_obs, final_obs.reshape(E, -1), self._active.clone(), None,
+                torch.zeros(E, N, dtype=torch.bool, device=self.device))
+
     def _finish(self, final_obs, reward, truncated, ep_return, ep_length) -> EnvStep:
         """The rest of a step after `_advance`: auto-reset of the finished envs (a branch), the EnvStep."""
         N, E = self.n_agents, self.num_envs

@@ -154,6 +154,17 @@ class VecEnv:
         eagerly (auto-resets) and returns the EnvStep. None: the env has no such split."""
         return None
 
+    def steps_without_end(self) -> int | None:
+        """How many of the next steps surely end no episode (None: the env cannot tell). Where `step_parts` splits
+        the step, collection runs such steps several to a graph call (collect_step.py), continuing each with
+        `carry` instead of `finish`."""
+        return None
+
+    def carry(self, *core_outputs):
+        """(obs, state, active, available_actions, done) of the next EnvStep from `core`'s outputs, for a step that
+        `steps_without_end` promised ends no episode: `finish` without its auto-reset branch, traceable."""
+        raise NotImplementedError(f"{type(self).__name__} has no carry (steps_without_end is None)")
+
     def close(self) -> None:
         pass
 
