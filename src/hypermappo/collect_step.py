@@ -26,8 +26,6 @@ drawn in step order; the env draws only at resets). `HYPERMAPPO_COLLECT_CHUNK=0`
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 
 from hypermappo.algos.death import transition_targets
@@ -40,10 +38,6 @@ ACT_FIELDS = ("obs", "prev_obs", "state", "available", "active", "reset", "actio
 
 # steps per graph call where no episode can end (a Python loop unrolled in the graph: compiling grows with it)
 CHUNK = 8
-# up to this many rows per step (envs x agents) the collection graphs' own kernels run on one thread: a parallel
-# region's fork and join cost more than the work of a few dozen rows. Measured side by side (collection with the
-# chunks, 2 threads otherwise): 48 rows 1.21x faster, 192 rows 1.05x, 384 rows 0.90x (slower)
-SINGLE_THREAD_ROWS = 192
 
 
 def enabled() -> bool:
@@ -163,11 +157,5 @@ def build(groups, env, compile_fn) -> tuple[CollectStep | None, str]:
         return None, f"collection: policy and env step as separate calls ({reason})"
     why_not = chunk_blocker(env)
     runs = f"one step per call ({why_not})" if why_not else f"{CHUNK} steps per call where no episode can end"
-    rows = env.num_envs * env.spec.num_agents
-    threads = ""
-    if rows <= SINGLE_THREAD_ROWS:  # the graphs' own kernels without OpenMP regions (see SINGLE_THREAD_ROWS)
-        compile_fn = partial(compile_fn, **{"cpp.threads": 1})
-        threads = f"; its kernels single-threaded ({rows} rows per step)"
     return (CollectStep(groups[0].learner, env, compile_fn),
-            f"collection: one graph per step (policy forward, sampling, buffer writes, env step core); {runs}"
-            f"{threads}")
+            f"collection: one graph per step (policy forward, sampling, buffer writes, env step core); {runs}")
