@@ -301,6 +301,33 @@ def test_fused_attention_float32_and_thread_count_independent():
     torch.testing.assert_close(one, F.linear(dense_attention(qkv, 4), att.out_proj.weight, att.out_proj.bias))
 
 
+@needs_cc
+@pytest.mark.parametrize("agents,heads", [(3, 4), (3, 1), (3, 2), (3, 8), (3, 16), (5, 4), (4, 4), (1, 4)])
+def test_fused_attention_float32_vector_path(agents, heads):
+    """The kernel's float32 path at width 16 (one vector per query, key and value; heads as groups of lanes):
+    output and input gradient equal the dense float64 attention to float32 rounding, dead keys masked, a sample with
+    no alive key giving 0; every head count that divides 16, and the weights gathered per query in one vector
+    (agents x heads <= 16) or lane by lane (3 x 8, 3 x 16, 5 x 4)."""
+    from hypermappo.models.agent_attention import fused_attention
+
+    torch.manual_seed(9)
+    b = 300
+    qkv = torch.randn(b, agents, 48) * 2
+    alive = torch.rand(b, agents) < 0.6
+    alive[:3] = False  # nobody alive
+    alive[3:20] = True
+    grad_out = torch.randn(b, agents, 16, dtype=torch.float64)
+    for mask in (alive, None):
+        want_x = qkv.double().requires_grad_()
+        got_x = qkv.clone().requires_grad_()
+        want, got = dense_attention(want_x, heads, mask), fused_attention(got_x, heads, mask)
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+        (want_g,) = torch.autograd.grad(want, want_x, grad_out)
+        (got_g,) = torch.autograd.grad(got, got_x, grad_out.float())
+        torch.testing.assert_close(got_g.double(), want_g, rtol=1e-5, atol=2e-5)
+    assert torch.equal(fused_attention(qkv[:3], heads, alive[:3]), torch.zeros(3, agents, 16))
+
+
 def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeypatch, tmp_path):
     """auto -> the dense path with the reason recorded; fused -> a one-line config error; never a traceback."""
     from hypermappo.errors import UserError

@@ -94,5 +94,131 @@ void attention_backward_##SUFFIX(const T *restrict qkv, const T *restrict p, con
     }                                                                                                                \
 }
 
-DEFINE_KERNELS(float, f32, expf)
 DEFINE_KERNELS(double, f64, exp)
+
+#if EE == 16 && 16 % HH == 0 && !defined(SCALAR_F32)  /* SCALAR_F32: the loops above (benchmarks, tests) */
+/* float32 with a 16-wide embedding (the observation context's default width): one sample's query, key and value of
+ * an agent are each one 16-lane vector, heads are groups of DD adjacent lanes. A head's dot product is summed within
+ * its lanes (every lane of the head ends up holding it), so the scores, the softmax and the weighted sums run on all
+ * heads at once, and the exponentials are a vector polynomial instead of NA * NA * HH calls of expf. The scalar
+ * loops above (double, other widths) spent ~100 ns per sample on scalar products and expf. Same maths to float
+ * rounding (another summation order in the dot products; exp to ~1 ulp). */
+typedef float v16 __attribute__((vector_size(64)));
+typedef int i16 __attribute__((vector_size(64)));
+
+static inline v16 vld(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void vst(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+static inline v16 vsel(i16 mask, v16 a, v16 b) { return (v16)(((i16)a & mask) | ((i16)b & ~mask)); }
+
+/* each lane: the sum over its head's DD lanes (a butterfly; float addition commutes, so all lanes agree) */
+static inline v16 head_sum(v16 x) {
+    const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    for (int step = 1; step < DD; step *= 2) x += __builtin_shuffle(x, lane ^ step);
+    return x;
+}
+
+/* exp(x) for x <= 0, -inf -> 0 (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-7 polynomial in r, 2^n built
+ * in the exponent bits; below -87 the result would be denormal and is taken at -87, ~1.6e-38) */
+static inline v16 vexp_nonpos(v16 x) {
+    const i16 none = x == -INFINITY;
+    const v16 zero = {0};
+    x = vsel(x < -87.0f, zero - 87.0f, x);
+    v16 n = x * 1.44269504088896341f + 12582912.0f;  /* + 1.5 * 2^23: rounds to an integer */
+    n -= 12582912.0f;
+    v16 r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    v16 poly = r * 1.9875691500e-4f + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    poly = poly * (r * r) + r + 1.0f;
+    const i16 two_n = (__builtin_convertvector(n, i16) + 127) << 23;
+    return vsel(none, zero, poly * (v16)two_n);
+}
+
+void attention_forward_f32(const float *restrict qkv, const unsigned char *restrict alive, float *restrict out,
+                           float *restrict p, long samples, float scale, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long b = 0; b < samples; b++) {
+        const float *x = qkv + b * NA * 3 * EE;
+        const unsigned char *live = alive ? alive + b * NA : 0;
+        float *pb = p + b * NA * HH * NA;
+        v16 k[NA], v[NA];
+        for (int j = 0; j < NA; j++) k[j] = vld(x + j * 3 * EE + EE), v[j] = vld(x + j * 3 * EE + 2 * EE);
+        for (int i = 0; i < NA; i++) {
+            const v16 q = vld(x + i * 3 * EE), minus_inf = (v16){0} - INFINITY;
+            v16 s[NA], top = minus_inf, total = {0}, acc = {0};
+            for (int j = 0; j < NA; j++) {
+                s[j] = (!live || live[j]) ? head_sum(q * k[j]) * scale : minus_inf;
+                top = vsel(s[j] > top, s[j], top);
+            }
+            top = vsel(top == minus_inf, (v16){0}, top);  /* no alive key: every weight 0 */
+            for (int j = 0; j < NA; j++) s[j] = vexp_nonpos(s[j] - top), total += s[j];
+            const v16 inv = vsel(total > 0, 1.0f / total, (v16){0});
+#if HH * NA <= 16  /* query i's weights [HH, NA] gathered into one vector, stored at once */
+            const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+            v16 block = {0};
+#endif
+            for (int j = 0; j < NA; j++) {
+                const v16 w = s[j] * inv;
+#if HH * NA <= 16
+                block = vsel(lane % NA == j, __builtin_shuffle(w, lane / NA * DD), block);
+#else
+                for (int h = 0; h < HH; h++) pb[(i * HH + h) * NA + j] = w[h * DD];
+#endif
+                acc += w * v[j];
+            }
+#if HH * NA <= 16
+            float stored[16];
+            vst(stored, block);
+            memcpy(pb + i * HH * NA, stored, sizeof(float) * HH * NA);
+#endif
+            vst(out + (b * NA + i) * EE, acc);
+        }
+    }
+}
+
+void attention_backward_f32(const float *restrict qkv, const float *restrict p, const float *restrict grad_out,
+                            float *restrict grad_qkv, long samples, float scale, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long b = 0; b < samples; b++) {
+        const float *x = qkv + b * NA * 3 * EE, *pb = p + b * NA * HH * NA, *g = grad_out + b * NA * EE;
+        v16 q[NA], k[NA], v[NA], dq[NA], dk[NA], dv[NA];
+        for (int j = 0; j < NA; j++) {
+            q[j] = vld(x + j * 3 * EE), k[j] = vld(x + j * 3 * EE + EE), v[j] = vld(x + j * 3 * EE + 2 * EE);
+            dq[j] = dk[j] = dv[j] = (v16){0};
+        }
+        for (int i = 0; i < NA; i++) {
+            const v16 gi = vld(g + i * EE);
+            v16 w[NA], dot[NA], mean = {0};
+#if HH * NA <= 16  /* query i's weights [HH, NA] in one vector, each key's spread over its heads' lanes */
+            float block[16] = {0};
+            memcpy(block, pb + i * HH * NA, sizeof(float) * HH * NA);
+            const v16 weights = vld(block);
+            const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#endif
+            for (int j = 0; j < NA; j++) {
+#if HH * NA <= 16
+                w[j] = __builtin_shuffle(weights, lane / DD * NA + j);
+#else
+                for (int l = 0; l < 16; l++) w[j][l] = pb[(i * HH + l / DD) * NA + j];
+#endif
+                dot[j] = head_sum(gi * v[j]);
+                mean += w[j] * dot[j];
+                dv[j] += w[j] * gi;
+            }
+            for (int j = 0; j < NA; j++) {
+                const v16 ds = w[j] * (dot[j] - mean) * scale;
+                dq[i] += ds * k[j];
+                dk[j] += ds * q[i];
+            }
+        }
+        float *d = grad_qkv + b * NA * 3 * EE;
+        for (int j = 0; j < NA; j++) vst(d + j * 3 * EE, dq[j]), vst(d + j * 3 * EE + EE, dk[j]),
+                                     vst(d + j * 3 * EE + 2 * EE, dv[j]);
+    }
+}
+#else
+DEFINE_KERNELS(float, f32, expf)
+#endif
