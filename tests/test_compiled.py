@@ -292,11 +292,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     fused = {k: v - rewritten_lan[k] for k, v in linear_act_norm.PASS.rewritten.items()}
-    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; the update's 4 forward and 4 backward
-        assert fused == {"forward": 8, "backward": 4}, fused
+    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; the update's 4 forward and 4 backward (+ bias)
+        assert fused == {"forward": 8, "backward": 4, "bias": 4}, fused
         assert comp_summary["linear_act_norm"] == linear_act_norm.status() and "linear_act_norm" not in eager_summary
     elif actor.endswith("act-norm"):  # 16-wide blocks or Tanh: the separate kernels
-        assert fused == {"forward": 0, "backward": 0}, fused
+        assert fused == {"forward": 0, "backward": 0, "bias": 0}, fused
     if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
 

@@ -58,7 +58,8 @@ def test_backward_is_the_product_then_the_act_norm_backward_kernel(monkeypatch, 
     w = torch.randn(k, 64, generator=torch.Generator().manual_seed(5))
     got = lan.linear_act_norm_backward_op(g, w, z, gamma, mean, rstd)
     want = act_norm.act_norm_backward_op(g @ w, z, gamma, mean, rstd, act_norm.ACTS["relu"])
-    for a, b in zip(got, want):
+    assert len(got) == 4
+    for a, b in zip(got, [*want, want[0].sum(0)]):  # the 4th: dz's column sums (the block's bias gradient)
         close(a, b)
 
 
@@ -86,7 +87,7 @@ def block(x, w1, b1, gamma, beta, w2, g2, act):
     h, mean, rstd = act_norm.act_norm_op(z, gamma, beta, act, EPS)
     grad_h = g2 @ w2
     grad_z, grad_gamma, grad_beta = act_norm.act_norm_backward_op(grad_h, z, gamma, mean, rstd, act)
-    return h, grad_z, grad_gamma, grad_beta
+    return h, grad_z, grad_gamma, grad_beta, grad_z.sum(0, keepdim=True).view(-1)  # the last: the bias gradient
 
 
 def inputs(width=64, rows=300, k=14, k2=9):
@@ -109,11 +110,11 @@ def test_pass_fuses_both_directions_and_computes_the_same():
     args = inputs()
     relu = act_norm.ACTS["relu"]
     gm, counts = rewritten(lambda *a: block(*a, relu), args)
-    assert counts == {"forward": 1, "backward": 1}
+    assert counts == {"forward": 1, "backward": 1, "bias": 1}
     targets = {n.target for n in gm.graph.nodes}
     assert {lan.linear_act_norm_op, lan.linear_act_norm_backward_op} <= targets
     assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, torch.ops.aten.mm.default,
-                torch.ops.aten.addmm.default} & targets
+                torch.ops.aten.addmm.default, torch.ops.aten.sum.dim_IntList} & targets
     for got, want in zip(gm(*args), block(*args, relu)):
         close(got, want)
 
@@ -123,7 +124,7 @@ def test_pass_leaves_blocks_the_kernel_does_not_cover(case):
     act = act_norm.ACTS["tanh" if case == "tanh" else "relu"]
     args = inputs(width=32 if case == "width 32" else 64)
     _, counts = rewritten(lambda *a: block(*a, act), args)
-    assert counts == {"forward": 0, "backward": 0}
+    assert counts == {"forward": 0, "backward": 0, "bias": 0}
 
 
 def test_pass_keeps_a_product_that_has_other_users():
@@ -139,7 +140,7 @@ def test_pass_keeps_a_product_that_has_other_users():
 
     args = inputs()
     gm, counts = rewritten(shared, args)
-    assert counts == {"forward": 1, "backward": 0}
+    assert counts == {"forward": 1, "backward": 0, "bias": 0}
     for got, want in zip(gm(*args), shared(*args)):
         close(got, want)
 

@@ -4,8 +4,8 @@
  * forward:  z = x [R, K] @ w [K, 64] (+ bias); h = LayerNorm(ReLU(z)) with the affine (gamma, beta); also the rows'
  *           mean and 1/std (what act_norm.c's backward reads) and z itself (the backward's saved input).
  * backward: gh = g [R, K] @ w [K, 64] (the gradient arriving from the next layer's product); then act_norm.c's
- *           backward of that gh: dz, and the affine's gradients (column sums, per thread in double, added in thread
- *           order: the same threads give the same bits).
+ *           backward of that gh: dz, the affine's gradients and dz's column sums (the block's bias gradient), all
+ *           column sums per thread in double, added in thread order: the same threads give the same bits.
  *
  * Each thread takes runs of MR rows; a run's 64-wide product rows are MR x 4 AVX-512 accumulators, and the run's
  * LayerNorm (forward) or LayerNorm backward (backward) is applied while they are still in registers, so neither z
@@ -120,19 +120,19 @@ void linear_act_norm_forward(const float *x, long ldx, const float *w, const flo
     }
 }
 
-/* partial: scratch of 2 * threads * C doubles */
+/* partial: scratch of 3 * threads * C doubles */
 void linear_act_norm_backward(const float *g, long ldg, const float *w, const float *z, const float *gamma,
                               const float *mean, const float *rstd, float *gz, float *ggamma, float *gbeta,
-                              double *partial, long rows, long K, int threads) {
+                              float *gbias, double *partial, long rows, long K, int threads) {
     const long runs = (rows + MR - 1) / MR;
-    memset(partial, 0, sizeof(double) * 2 * (size_t)threads * C);
+    memset(partial, 0, sizeof(double) * 3 * (size_t)threads * C);
 #pragma omp parallel num_threads(threads)
     {
         int t = 0;
 #ifdef _OPENMP
         t = omp_get_thread_num();
 #endif
-        double *acc_w = partial + (size_t)t * 2 * C, *acc_b = acc_w + C;
+        double *acc_w = partial + (size_t)t * 3 * C, *acc_b = acc_w + C, *acc_z = acc_w + 2 * C;
         vec gv[NV];
         for (int j = 0; j < NV; j++) gv[j] = vload(gamma + VW * j);
 #pragma omp for schedule(static)
@@ -140,8 +140,8 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
             const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
             vec gh[MR][NV];
             product_rows(g + r0 * ldg, ldg, w, 0, K, mr, gh);
-            vec sum_w[NV], sum_b[NV];  /* this run's column sums, added to the thread's double sums below */
-            for (int j = 0; j < NV; j++) sum_w[j] = sum_b[j] = vzero();
+            vec sum_w[NV], sum_b[NV], sum_z[NV];  /* this run's column sums, added to the thread's double sums below */
+            for (int j = 0; j < NV; j++) sum_w[j] = sum_b[j] = sum_z[j] = vzero();
             for (long i = 0; i < mr; i++) {
                 const long r = r0 + i;
                 const vec mv = vset1(mean[r]), rsv = vset1(rstd[r]);
@@ -156,28 +156,34 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
                     sum_b[j] = vadd(sum_b[j], gh[i][j]);
                 }
                 const vec a = vset1(vsum(c1) / C), c = vset1(vsum(c2) / C);
-                for (int j = 0; j < NV; j++)
-                    vstore(gz + r * C + VW * j,
-                           vwhere_pos(zr[j], vmul(rsv, vsub(vsub(gh_hat[j], a), vmul(uh[j], c)))));
+                for (int j = 0; j < NV; j++) {
+                    const vec dz = vwhere_pos(zr[j], vmul(rsv, vsub(vsub(gh_hat[j], a), vmul(uh[j], c))));
+                    vstore(gz + r * C + VW * j, dz);
+                    sum_z[j] = vadd(sum_z[j], dz);
+                }
             }
             for (int j = 0; j < NV; j++) {
-                float sw[VW], sb[VW];
+                float sw[VW], sb[VW], sz[VW];
                 vstore(sw, sum_w[j]);
                 vstore(sb, sum_b[j]);
+                vstore(sz, sum_z[j]);
                 for (int l = 0; l < VW; l++) {
                     acc_w[VW * j + l] += sw[l];
                     acc_b[VW * j + l] += sb[l];
+                    acc_z[VW * j + l] += sz[l];
                 }
             }
         }
     }
     for (long j = 0; j < C; j++) {
-        double sw = 0, sb = 0;
+        double sw = 0, sb = 0, sz = 0;
         for (int t = 0; t < threads; t++) {
-            sw += partial[(size_t)t * 2 * C + j];
-            sb += partial[(size_t)t * 2 * C + C + j];
+            sw += partial[(size_t)t * 3 * C + j];
+            sb += partial[(size_t)t * 3 * C + C + j];
+            sz += partial[(size_t)t * 3 * C + 2 * C + j];
         }
         ggamma[j] = (float)sw;
         gbeta[j] = (float)sb;
+        gbias[j] = (float)sz;
     }
 }
