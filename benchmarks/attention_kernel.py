@@ -1,5 +1,6 @@
 """The observation context's attention kernel (models/agent_attention.c): its float32 16-wide vector path against
-the scalar loops it replaced (the same source built with -DSCALAR_F32), side by side in one process.
+the scalar loops it replaced (HYPERMAPPO_ATTENTION_VECTOR=0: the same source built with -DSCALAR_F32), side by
+side in one process.
 
   kernel  forward and backward alone at the paper setting's mini-batch (76,800 agent samples = 25,600 samples of
           3 agents, width 16, 4 heads), in turn each round.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import statistics
 import sys
 import tempfile
@@ -31,20 +33,24 @@ sys.path.insert(0, str(HERE))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 AGENTS, WIDTH, HEADS, SAMPLES = 3, 16, 4, 25_600
+SWITCH = "HYPERMAPPO_ATTENTION_VECTOR"
+
+
+def use(build: str) -> None:
+    """The kernel build the attention ops call from now on (read on every call)."""
+    os.environ[SWITCH] = "1" if build == "vector" else "0"
 
 
 def builds() -> dict:
-    from hypermappo.models import agent_attention, c_kernel
+    from hypermappo.models import agent_attention
 
-    vector = agent_attention.fused_library(AGENTS, WIDTH, HEADS)
-    scalar = c_kernel.build(agent_attention._SOURCE, f"agent_attention_{AGENTS}x{WIDTH}x{HEADS}_scalar",
-                            [f"-DNA={AGENTS}", f"-DEE={WIDTH}", f"-DHH={HEADS}", "-march=native", "-Wno-psabi",
-                             "-DSCALAR_F32"])
-    for lib in (vector, scalar):
-        assert not isinstance(lib, str), lib
-        for name in ("attention_forward_f32", "attention_backward_f32"):
-            getattr(lib, name).restype = None
-    return {"vector": vector, "scalar": scalar}
+    libs = {}
+    for build in ("vector", "scalar"):
+        use(build)
+        libs[build] = agent_attention.fused_library(AGENTS, WIDTH, HEADS)
+        assert not isinstance(libs[build], str), libs[build]
+    use("vector")
+    return libs
 
 
 def kernel_rounds(libs: dict, rounds: int, threads: int) -> dict:
@@ -85,10 +91,7 @@ def kernel_rounds(libs: dict, rounds: int, threads: int) -> dict:
                       for d in ("forward", "backward")}}
 
 
-def step_rounds(libs: dict, rounds: int, threads: int) -> dict:
-    from hypermappo.models import agent_attention
-
-    key = (AGENTS, WIDTH, HEADS)
+def step_rounds(rounds: int, threads: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         hyper = started_run(case("hyper-obs-last", "vmas:simple_spread", 1024, threads,
                                  [*VARIANTS["hyper-obs-last"], "ppo.compile=on"]), f"{tmp}/hyper")
@@ -99,7 +102,7 @@ def step_rounds(libs: dict, rounds: int, threads: int) -> dict:
         def step(name):
             if name == "mappo":
                 return sum(collect_and_update(mappo))
-            agent_attention._LIBRARIES[key] = libs[name.split()[-1]]
+            use(name.split()[-1])
             return sum(collect_and_update(hyper))
 
         names = ["hyper-obs vector", "hyper-obs scalar", "mappo"]
@@ -110,7 +113,7 @@ def step_rounds(libs: dict, rounds: int, threads: int) -> dict:
         for _ in range(rounds):
             for n in names:
                 times[n].append(step(n))
-        agent_attention._LIBRARIES[key] = libs["vector"]
+        use("vector")
         for exp in (hyper, mappo):
             exp.logger.close()
     return {"ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}, "times": times,
@@ -131,7 +134,7 @@ def main(argv=None) -> int:
     libs = builds()
     kernel = kernel_rounds(libs, max(args.rounds, 10), args.threads)
     print(kernel["us"], kernel["ratio"], kernel["max_abs_diff"], flush=True)
-    step = step_rounds(libs, args.rounds, args.threads)
+    step = step_rounds(args.rounds, args.threads)
     print(step["ms"], step["scalar_over_vector"], step["hyper_over_mappo_rate"], flush=True)
     us, ms = kernel["us"], step["ms"]
     lines = [f"# The attention kernel's float32 vector path against its scalar loops ({info['date']})", "",

@@ -39,6 +39,9 @@ def test_no_groups_reproduces_the_pre_groups_metrics_and_checkpoint(tmp_path, ca
     # bit for bit as before groups: the input LayerNorm applied as it then was (folded into the first layer since,
     # the same function to float rounding: tests/test_feature_norm_fold.py)
     monkeypatch.setenv("HYPERMAPPO_FOLD_FEATURE_NORM", "0")
+    # and the attention kernel's scalar loops, as then (its float32 vector path: the same to float rounding,
+    # tests/test_hyper.py::test_fused_attention_float32_vector_path)
+    monkeypatch.setenv("HYPERMAPPO_ATTENTION_VECTOR", "0")
     ref = _reference_module()
     metrics = ref.run_case(case, tmp_path)
     got, want = rows(metrics), rows(REFERENCE / f"{case}.csv")

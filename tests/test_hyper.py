@@ -328,6 +328,27 @@ def test_fused_attention_float32_vector_path(agents, heads):
     assert torch.equal(fused_attention(qkv[:3], heads, alive[:3]), torch.zeros(3, agents, 16))
 
 
+@needs_cc
+def test_attention_vector_switch_selects_the_scalar_build(monkeypatch):
+    """HYPERMAPPO_ATTENTION_VECTOR=0: the scalar loops' build (another library), the same values to float rounding;
+    anything but 0 or 1 is a one-line error."""
+    from hypermappo.errors import UserError
+    from hypermappo.models import agent_attention
+    from hypermappo.models.agent_attention import fused_attention, fused_library
+
+    torch.manual_seed(10)
+    qkv = torch.randn(64, 3, 48)
+    vector, out = fused_library(3, 16, 4), fused_attention(qkv, 4)
+    monkeypatch.setenv("HYPERMAPPO_ATTENTION_VECTOR", "0")
+    assert not agent_attention.vector_path() and fused_library(3, 16, 4) is not vector
+    scalar_out = fused_attention(qkv, 4)
+    assert not torch.equal(scalar_out, out)  # another summation order and exp
+    torch.testing.assert_close(scalar_out, out, rtol=1e-5, atol=1e-6)
+    monkeypatch.setenv("HYPERMAPPO_ATTENTION_VECTOR", "yes")
+    with pytest.raises(UserError, match="HYPERMAPPO_ATTENTION_VECTOR='yes': expected 0 or 1"):
+        fused_attention(qkv, 4)
+
+
 def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeypatch, tmp_path):
     """auto -> the dense path with the reason recorded; fused -> a one-line config error; never a traceback."""
     from hypermappo.errors import UserError

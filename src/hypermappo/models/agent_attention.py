@@ -34,20 +34,30 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.compiled import switch
 from hypermappo.errors import UserError
 from hypermappo.models import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
 _MAX_STACK_BYTES = 1 << 16  # per-sample scratch lives on the stack: larger agent counts use the dense path
-_LIBRARIES: dict[tuple[int, int, int], ctypes.CDLL | str] = {}  # (agents, width, heads) -> library or why not
+# (agents, width, heads, vector path) -> library or why not
+_LIBRARIES: dict[tuple[int, int, int, bool], ctypes.CDLL | str] = {}
 
 
-def _build(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
+def vector_path() -> bool:
+    """Whether float32 at width 16 runs on vectors (agent_attention.c). HYPERMAPPO_ATTENTION_VECTOR=0 builds the
+    scalar loops instead: side-by-side timing, and runs recorded before the vector path (tests/test_groups.py)."""
+    return switch("HYPERMAPPO_ATTENTION_VECTOR")
+
+
+def _build(agents: int, width: int, heads: int, vector: bool) -> ctypes.CDLL | str:
     """Compile (or load the cached) kernel for these sizes; the reason as a string when it cannot."""
     if agents * 3 * width * 8 + 2 * agents * heads * 8 > _MAX_STACK_BYTES:
         return f"{agents} agents x width {width} exceeds the kernel's per-sample scratch"
-    lib = c_kernel.build(_SOURCE, f"agent_attention_{agents}x{width}x{heads}",
-                         [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}", "-march=native", "-Wno-psabi"])
+    # the vector path for this CPU's widest vectors; the scalar one exactly as it was built before (generic x86-64)
+    lib = c_kernel.build(_SOURCE, f"agent_attention_{agents}x{width}x{heads}{'' if vector else '_scalar'}",
+                         [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}",
+                          *(["-march=native", "-Wno-psabi"] if vector else ["-DSCALAR_F32"])])
     if not isinstance(lib, str):
         for suffix in ("f32", "f64"):
             getattr(lib, f"attention_forward_{suffix}").restype = None
@@ -56,7 +66,7 @@ def _build(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
 
 
 def fused_library(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
-    key = (agents, width, heads)
+    key = (agents, width, heads, vector_path())
     if key not in _LIBRARIES:
         _LIBRARIES[key] = _build(*key)
     return _LIBRARIES[key]
