@@ -93,8 +93,8 @@ def main(argv=None) -> int:
              f"`python benchmarks/collect_chunk.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Both ways side by side "
              "in one process, in turn each round; medians over rounds, ratios within a round [range]; compile "
-             f"excluded. The first chunked collection (compiling the chunk graph; Inductor cache "
-             f"{'warm' if warm else 'empty'} at the start) is reported apart.", "",
+             f"excluded. The first chunked collection (compiling the chunk graph, or loading it when Inductor's "
+             f"cache has it; the cache was {'not empty' if warm else 'empty'} at the start) is reported apart.", "",
              "| row | collection ms: one step per call / chunks | one step / chunks | chunk calls per rollout | "
              "update ms (same buffer) | first chunked collection s |", "|---|---:|---:|---:|---:|---:|"]
     for r in results:
