@@ -499,6 +499,16 @@ def test_compiled_run_resumes_exactly(tmp_path):
     resume_matches_uninterrupted(tmp_path, "staghunt/default", ["model.hidden_sizes=[16,16]", "ppo.compile=on"])
 
 
+@needs_cxx
+def test_compiled_run_with_chunked_collection_resumes_exactly(tmp_path):
+    """MPE simple_spread compiled: rollouts of 10 steps start at episode steps 0, 10, 20, 5, so updates 1, 2 and 4
+    collect 8 of their steps as one chunk; the checkpoint of update 2 (its last step an EnvStep the chunk did not
+    make) and the resumed updates equal the uninterrupted run."""
+    from test_resume import resume_matches_uninterrupted
+
+    resume_matches_uninterrupted(tmp_path, "mpe/simple_spread", ["model.hidden_sizes=[16,16]", "ppo.compile=on"])
+
+
 def test_run_header_says_whether_and_why_it_compiles(tmp_path, capsys):
     assert main(["train", "staghunt/default", "total_env_steps=40", "num_envs=4", "rollout_length=10",
                  "log.tensorboard=false", f"run_dir={tmp_path / 'r'}", "--quiet"]) == 0
