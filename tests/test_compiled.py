@@ -311,7 +311,7 @@ COLLECT_ACTORS = {"mlp": ["actor=mlp"],
 def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
     per step, and runs of 8 steps in which no episode ends as one graph call, give the eager run's rollout buffer
-    (every row the graphs write and those written after the env step), logged statistics and weights. Rollouts of 26
+    (every row the graphs write and those written after the env step), logged statistics and weights. Rollouts of 34
     steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between graph steps, and
     episodes start mid-rollout, so chunks start at other steps than 0."""
     runs = {}
@@ -320,7 +320,7 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
         tiny = [o for o in TINY if not o.startswith("rollout_length=")]
         cfg = config_mod.build_config("mpe/simple_spread", [
-            *tiny, f"ppo.compile={mode}", "rollout_length=26", "total_env_steps=312", "ppo.num_mini_batch=2",
+            *tiny, f"ppo.compile={mode}", "rollout_length=34", "total_env_steps=408", "ppo.num_mini_batch=2",
             "checkpoint_interval=3", *COLLECT_ACTORS[actor]])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert (exp.collect_graph is not None) == (mode == "on")
@@ -334,9 +334,10 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
     (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \
         runs["off"], runs["on"]
     assert (e_graphs, c_graphs) == (0, 3)  # the collection step, its 8-step chunk and the mini-batch step
-    # 3 rollouts of 26 steps from episode step 0, 1, 2: 3 + 2 + 2 runs of 8 without an end (the second rollout's
-    # third chance, at episode step 17, has 7 steps left before its end: one too few)
-    assert chunks == 7
+    # 3 rollouts of 34 steps from episode step 0, 9, 18: 10 runs of 8 without an end, among them one right after an
+    # episode's end (its reset mask set), ones over rows an earlier rollout ended at, and one chance with 7 steps
+    # left before an end (one too few: single steps there)
+    assert chunks == 10
     assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
                                 "core); 8 steps per call where no episode can end") and "collect" not in e_sum
     assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
