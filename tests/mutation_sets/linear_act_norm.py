@@ -70,7 +70,7 @@ def mutations(M):
           "sz += partial[(size_t)t * 3 * C + C + j];",
           (BWD,), "the bias gradient read from the shift's sums"),
         M("lan_pass_bias_gradient_not_taken", PY,
-          "        self._bias_gradient(graph, fused)\n",
+          "        if self.bias_gradients:\n            self._bias_gradient(graph, fused)\n",
           "",
           (f"{T}::test_pass_fuses_both_directions_and_computes_the_same",),
           "the separate column sum kept (dz read back from memory)"),
