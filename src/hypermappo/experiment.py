@@ -452,12 +452,7 @@ class Experiment:
     def _collect_chunk(self, t: int, s: EnvStep) -> EnvStep:
         """Steps t .. t + CHUNK - 1 as one graph call (collect_step.py; no episode ends in them, so no resets,
         bootstraps or episode statistics); their rewards, observations and states checked as each step's are."""
-        try:
-            last, rewards, observations, states = self.collect_graph.chunk(t, s)
-        except (UserError, RunFailed):
-            raise
-        except Exception as e:  # noqa: BLE001 - the env's own failure
-            raise self._env_failure(e, f"at {self._where(t)}") from e
+        last, rewards, observations, states = self._env_call(lambda: self.collect_graph.chunk(t, s), t)
         if not math.isfinite(float(rewards.sum() + observations.sum() + states.sum())):
             for k in range(collect_step.CHUNK):  # the first step with a non-finite value, as the step-wise check
                 self._raise_if_nonfinite((("reward", rewards[k]), ("observation", observations[k]),
@@ -533,17 +528,21 @@ class Experiment:
     def _env_step(self, actions: torch.Tensor | None, t: int, core: tuple | None = None) -> EnvStep:
         """env.step (or the eager rest of a step whose core ran in the collection graph) with its exceptions and
         non-finite outputs turned into one-line errors."""
-        try:
-            nxt = self.env.step(actions) if core is None else self.collect_graph.finish(*core)
-        except (UserError, RunFailed):
-            raise
-        except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker
-            raise self._env_failure(e, f"at {self._where(t)}") from e
+        nxt = self._env_call(lambda: self.env.step(actions) if core is None else self.collect_graph.finish(*core), t)
         # one fused reduction and one sync per step: a NaN / inf anywhere makes the sum non-finite
         # (an overflowing sum of finite values is re-checked exactly and passes)
         if not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
             self._raise_if_nonfinite((("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state)), t)
         return nxt
+
+    def _env_call(self, step, t: int):
+        """step() (the env's step or a part of it) with the env's own exceptions turned into one-line errors."""
+        try:
+            return step()
+        except (UserError, RunFailed):
+            raise
+        except Exception as e:  # noqa: BLE001 - the env's own failure, in this process or a worker
+            raise self._env_failure(e, f"at {self._where(t)}") from e
 
     def _check_final_observations(self, step: EnvStep, t: int) -> None:
         """At a truncation the critic reads the final observation / state of the truncated envs (only those rows)."""

@@ -109,10 +109,10 @@ typedef int i16 __attribute__((vector_size(64)));
 static inline v16 vld(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
 static inline void vst(float *p, v16 v) { memcpy(p, &v, sizeof v); }
 static inline v16 vsel(i16 mask, v16 a, v16 b) { return (v16)(((i16)a & mask) | ((i16)b & ~mask)); }
+static const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};  /* each lane's index */
 
 /* each lane: the sum over its head's DD lanes (a butterfly; float addition commutes, so all lanes agree) */
 static inline v16 head_sum(v16 x) {
-    const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     for (int step = 1; step < DD; step *= 2) x += __builtin_shuffle(x, lane ^ step);
     return x;
 }
@@ -157,7 +157,6 @@ void attention_forward_f32(const float *restrict qkv, const unsigned char *restr
             for (int j = 0; j < NA; j++) s[j] = vexp_nonpos(s[j] - top), total += s[j];
             const v16 inv = vsel(total > 0, 1.0f / total, (v16){0});
 #if HH * NA <= 16  /* query i's weights [HH, NA] gathered into one vector, stored at once */
-            const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
             v16 block = {0};
 #endif
             for (int j = 0; j < NA; j++) {
@@ -196,7 +195,6 @@ void attention_backward_f32(const float *restrict qkv, const float *restrict p, 
             float block[16] = {0};
             memcpy(block, pb + i * HH * NA, sizeof(float) * HH * NA);
             const v16 weights = vld(block);
-            const i16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 #endif
             for (int j = 0; j < NA; j++) {
 #if HH * NA <= 16
