@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypermappo import bool_masks, collect_step, linear_act_norm, onednn_gemm, weight_grad
+from hypermappo import bias_epilogue, bool_masks, collect_step, linear_act_norm, onednn_gemm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
@@ -21,6 +21,7 @@ from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.experiment import Experiment
 from hypermappo.models import act_norm
+from hypermappo.storage.rollout import shuffled_minibatches
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
 CPU = torch.device("cpu")
@@ -38,6 +39,9 @@ EQUAL_TOO = {
     "mlp-lr-decay": ["actor=mlp", "ppo.lr_decay=true"],
     # the compiled path decomposes tanh into exp (compiled.py): same values to float rounding
     "mlp-tanh": ["actor=mlp", "model.activation=tanh"],
+    # JaxMARL's IPPO network (Tanh, no LayerNorm): every hidden product's bias added in its Tanh's kernel
+    # (bias_epilogue.py)
+    "mlp-tanh-no-norm": ["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false"],
     # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows)
     "mlp-onednn": ["actor=mlp"],
     # micro-batch row blocks (algos/micro_batch.py): a graph per block and one for clipping + Adam
@@ -141,10 +145,10 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     L.algo.optimizer_step()  # Adam's state exists from here on, as in every update after the first
     step = torch._dynamo.explain(L.algo.optimizer_step)()
     assert step.graph_count == 2, step.break_reasons
-    if L.algo.fused is not None:  # the whole mini-batch step (gather, loss, gradients, clipping, Adam): one graph
-        fields, idx = L.buffer.flat_fields(), L.buffer.minibatch_indices(2, L.batch_generator)[0]
-        args = (fields, idx, torch.zeros(()), torch.ones(()), torch.tensor([1e-3] * 4))
-        L.algo.fused.prepare(*args[:4])
+    if L.algo.fused is not None:  # the whole mini-batch step (loss, gradients, clipping, Adam): one graph
+        batch = shuffled_minibatches(L.buffer.flat_fields(), L.buffer.minibatch_indices(2, L.batch_generator))[0]
+        args = (batch, torch.zeros(()), torch.ones(()), torch.tensor([1e-3] * 4))
+        L.algo.fused.prepare(*args[:3])
         fused = torch._dynamo.explain(L.algo.fused.step)(*args)
         assert (fused.graph_count, fused.graph_break_count) == (1, 0), fused.break_reasons
     else:
@@ -235,7 +239,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
     if actor == "mlp-linear-act-norm":
         monkeypatch.setattr(linear_act_norm.PASS, "uuid", lambda key=os.urandom(16): key)
+    if actor == "mlp-tanh-no-norm":
+        monkeypatch.setattr(bias_epilogue.PASS, "uuid", lambda key=os.urandom(16): key)
     rewritten, rewritten_wg = onednn_gemm.PASS.rewritten, weight_grad.PASS.rewritten
+    rewritten_be = bias_epilogue.PASS.rewritten
     rewritten_lan = dict(linear_act_norm.PASS.rewritten)
     runs, graphs, kernel_calls = {}, {}, {}
     for mode in ("off", "on"):
@@ -257,7 +264,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
     (eager_rows, eager_summary, eager_ckpt), (comp_rows, comp_summary, comp_ckpt) = runs["off"], runs["on"]
     assert len(eager_rows) == len(comp_rows) == 4
-    # compiled: the policy step and the whole mini-batch step (gather, loss, gradients, clipping, Adam), also with the
+    # compiled: the policy step and the whole mini-batch step (loss, gradients, clipping, Adam), also with the
     # fused attention kernel; with micro-batch blocks or uneven mini-batches one more graph; eager: none
     assert graphs == {"off": 0, "on": {"hyper-obs-micro": 3, "mlp-micro": 3,
                                       "mlp-uneven-mini-batches": 3}.get(actor, 2)}, graphs
@@ -276,14 +283,19 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" not in eager_summary
     assert comp_summary["weight_grad"] == weight_grad.status() and "weight_grad" not in eager_summary
     if actor == "mlp-onednn":
-        # every row-major product of the graphs: collection's 6 forwards, the update's 6 forwards and 4 input
-        # gradients (none for the first layers: the input LayerNorm is folded into them, agent_layers.fold_norm)
-        assert onednn_gemm.PASS.rewritten - rewritten == 16
-    if actor.endswith("weight-grad"):  # every weight gradient of the mini-batch step's graph
+        # every row-major product of the graphs: collection's 6 forwards, and in the update's graph (its 2
+        # mini-batch steps unrolled) 6 forwards and 4 input gradients a step (none for the first layers: the input
+        # LayerNorm is folded into them, agent_layers.fold_norm)
+        assert onednn_gemm.PASS.rewritten - rewritten == 6 + 2 * 10
+    if actor.endswith("weight-grad"):  # every weight gradient of the update's graph (2 mini-batch steps unrolled)
         # (hyper-id: 13 with the outer product of the input LayerNorm's shift folded into the per-agent first
         # layers, agent_layers.fold_norm, a 1-row product this test's lowered MIN_ROWS lets through)
-        assert weight_grad.PASS.rewritten - rewritten_wg == {"mlp-weight-grad": 7, "hyper-id-weight-grad": 13,
-                                                             "hyper-obs-weight-grad": 13}[actor]
+        assert weight_grad.PASS.rewritten - rewritten_wg == 2 * {"mlp-weight-grad": 7, "hyper-id-weight-grad": 13,
+                                                                 "hyper-obs-weight-grad": 13}[actor]
+    if actor == "mlp-tanh-no-norm":
+        # collection: the 4 hidden products (into Tanh); in each of the update's 2 unrolled steps those 4 and the
+        # value head's (into the value loss); the policy heads feed log-softmax, a reduction, and stay addmm
+        assert bias_epilogue.PASS.rewritten - rewritten_be == 4 + 2 * 5
     if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "
@@ -292,8 +304,9 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     fused = {k: v - rewritten_lan[k] for k, v in linear_act_norm.PASS.rewritten.items()}
-    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; the update's 4 forward and 4 backward (+ bias)
-        assert fused == {"forward": 8, "backward": 4, "bias": 4}, fused
+    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; 4 forward and 4 backward (+ bias) in each of
+        # the update graph's 2 unrolled mini-batch steps
+        assert fused == {"forward": 4 + 2 * 4, "backward": 2 * 4, "bias": 2 * 4}, fused
         assert comp_summary["linear_act_norm"] == linear_act_norm.status() and "linear_act_norm" not in eager_summary
     elif actor.endswith("act-norm"):  # 16-wide blocks or Tanh: the separate kernels
         assert fused == {"forward": 0, "backward": 0, "bias": 0}, fused
@@ -475,6 +488,37 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
             assert torch.equal(new[k], old[k]), k
     assert all(float(st["step"]) == 2 for st in after)  # the clean update's two steps, no third
     exp.logger.close()
+
+
+@needs_cxx
+def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path):
+    """ppo.num_mini_batch=4: an epoch's 4 mini-batch steps are one compiled graph (mappo.steps_per_graph). A NaN in
+    the 2nd must leave the weights and Adam's state as the 1st step made them, as the eager loop does (it raises
+    before the 2nd step), and name the 2nd."""
+    ends = {}
+    for mode in ("off", "on"):
+        exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=80", "ppo.ppo_epoch=2",
+                                                     "ppo.num_mini_batch=4"]), tmp_path / mode, quiet=True)
+        L = exp.primary
+        exp._start_episodes()
+        exp.collect()
+        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 8 steps
+        exp.collect()
+        ahead = torch.Generator()
+        ahead.set_state(L.batch_generator.get_state())
+        row = L.buffer.minibatch_indices(4, ahead)[1][0]  # a row of the next update's 2nd mini-batch
+        L.buffer.returns.view(-1, L.buffer.N)[row] = float("nan")
+        with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 2$"):
+            L.algo.update(L.buffer, L.batch_generator)
+        if mode == "on":
+            assert L.algo.fused.compiled_steps is not None  # the unrolled graph ran
+        steps = [float(st["step"]) for opt in (L.algo.actor_opt, L.algo.critic_opt) for st in opt.state.values()]
+        assert steps and all(s == 9 for s in steps), steps  # the clean update's 8 and the 1st step of this one
+        ends[mode] = {**L.actor.state_dict(), **{"critic." + k: v for k, v in L.critic.state_dict().items()},
+                      **{f"moment{i}": st["exp_avg"] for i, st in enumerate(L.algo.actor_opt.state.values())}}
+        exp.logger.close()
+    for name, value in ends["off"].items():
+        torch.testing.assert_close(ends["on"][name], value, rtol=1e-4, atol=1e-6, msg=name)
 
 
 @needs_cxx

@@ -92,7 +92,7 @@ def configure() -> None:
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
-    from hypermappo import bool_masks, linear_act_norm, onednn_gemm, weight_grad
+    from hypermappo import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
 
     # every Experiment in a process (tests, in-process sweeps) recompiles the same functions for its own modules;
     # past the limit Dynamo would silently run them eager, so the limit is raised and hitting it is an error
@@ -114,8 +114,9 @@ def configure() -> None:
     inductor.cpp.use_decompose_tanh = True
     # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py), weight gradients over many rows
     # through a C kernel (see weight_grad.py); first, the 64-wide ReLU blocks' products fused with their LayerNorm
-    # (see linear_act_norm.py), which leaves the oneDNN pass only the products it did not take
-    inductor.post_grad_custom_post_pass = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad)
+    # (see linear_act_norm.py), which leaves the oneDNN pass only the products it did not take; last, the biases of
+    # the remaining products added in the kernels of their element-wise uses (see bias_epilogue.py)
+    inductor.post_grad_custom_post_pass = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)
                                            if m.enabled()] or None
     # a forward / backward pair of graphs saves no bool mask for the backward (see bool_masks.py)
     inductor.joint_custom_post_pass = bool_masks.PASS if bool_masks.enabled() else None

@@ -17,7 +17,11 @@ import torch.nn as nn
 from hypermappo.algos import micro_batch
 from hypermappo.algos.value_norm import build_value_norm
 from hypermappo.errors import NonFiniteError
-from hypermappo.storage.rollout import RolloutBuffer
+from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
+
+# at most this many mini-batch steps unrolled in one compiled graph: each saves a call's wrappers and guards, and
+# costs its share of compiling (about linear in the steps)
+STEPS_PER_GRAPH = 4
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -211,32 +215,44 @@ class MAPPO:
         return metrics
 
     def _update_fused(self, buf: RolloutBuffer, generator, adv_mean, adv_std) -> dict[str, float]:
-        """`update` with each mini-batch step as one compiled graph (ppo.compile; algos/fused_step.py)."""
+        """`update` with each mini-batch step as one compiled graph (ppo.compile; algos/fused_step.py), or several
+        consecutive equal-sized steps unrolled in one (`steps_per_graph`)."""
         p = self.cfg.ppo
         fields = buf.flat_fields()  # [T*E, N, ...]
         lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups])
         total, n, guarded = None, 0, set()
         for epoch in range(p.ppo_epoch):
-            for minibatch, idx in enumerate(buf.minibatch_indices(p.num_mini_batch, generator)):
-                rows = fields["active"].shape[0] if idx is None else idx.shape[0]
+            batches = shuffled_minibatches(fields, buf.minibatch_indices(p.num_mini_batch, generator))
+            unroll = steps_per_graph(batches, buf.N, self.micro_size)
+            for first in range(0, len(batches), unroll):
+                rows = batches[first]["active"].shape[0]
                 blocks = micro_batch.row_blocks(rows, buf.N, self.micro_size)
                 # Dynamo's guards cost ~0.2 ms a call here (every parameter, optimiser state and config value they
                 # read); inside one update nothing they check can change but the shapes (same modules, modes and
-                # config), so they run on the update's first step of each shape, which recompiles if anything did
+                # config), so they run on the update's first call of each shape, which recompiles if anything did
                 # change, and on every step whose micro-batch blocks differ in size (the guards pick each block's
                 # graph); skipped, they would run the graph of another shape
-                sizes = micro_batch.block_sizes(rows, blocks)
-                with torch.compiler.set_stance(skip_guard_eval_unsafe=sizes in guarded and len(set(sizes)) == 1):
-                    stats, finite, grads = self.fused(fields, idx, adv_mean, adv_std, lrs, blocks)
-                guarded.add(sizes)
-                if self.after_backward is not None:  # the audit reads pre-clip gradients from .grad
-                    self.fused.set_grads(grads)
-                    self.after_backward()
-                if not finite:  # the graph left weights and optimiser state as they were
-                    named = dict(zip(self.fused.stat_names, stats.unbind()))
-                    raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
-                total = stats if total is None else total + stats
-                n += 1
+                sizes = micro_batch.block_sizes(rows, blocks)  # (rows,) for an unrolled group: all of one size
+                with torch.compiler.set_stance(skip_guard_eval_unsafe=(unroll, sizes) in guarded
+                                               and len(set(sizes)) == 1):
+                    if unroll > 1:
+                        stats, finite, grads = self.fused.run_steps(batches[first:first + unroll], adv_mean, adv_std,
+                                                                    lrs)
+                        k = len(grads) // unroll
+                        done = zip(stats.unbind(), finite.unbind(), (grads[i * k:(i + 1) * k] for i in range(unroll)))
+                    else:
+                        done = [self.fused(batches[first], adv_mean, adv_std, lrs, blocks)]
+                guarded.add((unroll, sizes))
+                for minibatch, (stats, finite, grads) in enumerate(done, start=first):
+                    if self.after_backward is not None:  # the audit reads pre-clip gradients from .grad
+                        self.fused.set_grads(grads)
+                        self.after_backward()
+                    if not finite:  # the graph left weights and optimiser state as they were before this step
+                        named = dict(zip(self.fused.stat_names, stats.unbind()))
+                        raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch "
+                                             f"{minibatch + 1}")
+                    total = stats if total is None else total + stats
+                    n += 1
         return self._finish_update(buf, dict(zip(self.fused.stat_names, (total / n).tolist())))
 
     def clip_gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,6 +275,15 @@ class MAPPO:
         self.critic_opt.load_state_dict(sd["critic_opt"])
         if sd.get("value_norm"):
             self.value_norm.load_state_dict(sd["value_norm"])
+
+
+def steps_per_graph(batches: list[dict], num_agents: int, micro_size: int) -> int:
+    """How many consecutive mini-batch steps of an epoch one compiled graph runs: the largest divisor of their count
+    up to STEPS_PER_GRAPH where all are of one size and none is split into micro-batch blocks, else 1."""
+    rows = {b["active"].shape[0] for b in batches}
+    if len(rows) > 1 or len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:
+        return 1
+    return max(d for d in range(1, STEPS_PER_GRAPH + 1) if len(batches) % d == 0)
 
 
 def nonfinite_term(stats: dict[str, torch.Tensor]) -> str:

@@ -1,0 +1,57 @@
+"""The compiled update's mini-batches: contiguous slices of one gather per epoch (storage/rollout.py), an epoch's
+equal-sized steps unrolled in one graph (MAPPO._update_fused, FusedMinibatchStep.steps), and the biases of the
+products left to addmm added in their element-wise uses' kernels (bias_epilogue.py)."""
+
+UNROLLED = "tests/test_compiled.py::test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does"
+EQUAL = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp]"
+UNEVEN = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-uneven-mini-batches]"
+NO_NORM = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-no-norm]"
+MAPPO = "src/hypermappo/algos/mappo.py"
+FUSED = "src/hypermappo/algos/fused_step.py"
+ROLLOUT = "src/hypermappo/storage/rollout.py"
+BIAS = "src/hypermappo/bias_epilogue.py"
+
+
+def mutations(M):
+    return [
+        M("unrolled_step_after_a_nonfinite_one_moves", FUSED,
+          "            move = finite if clean is None else finite & clean",
+          "            move = finite",
+          (UNROLLED,),
+          "a step after a non-finite one in the same graph still applies Adam (the eager loop raised before it)"),
+        M("unrolled_gate_not_chained", FUSED,
+          "            clean = step_finite if clean is None else clean & step_finite",
+          "            clean = step_finite",
+          (UNROLLED,),
+          "only the previous step gates the next: the 4th step moves after a non-finite 2nd"),
+        M("unrolled_names_the_wrong_minibatch", MAPPO,
+          "enumerate(done, start=first)",
+          "enumerate(done)",
+          (UNROLLED,),
+          "a non-finite step of an unrolled graph named by its place in the graph, not in the epoch"),
+        M("unrolled_groups_of_uneven_minibatches", MAPPO,
+          "    if len(rows) > 1 or len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:",
+          "    if len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:",
+          (UNEVEN,),
+          "mini-batches of different sizes unrolled in one graph, against the guard-skipping key of the first"),
+        M("shuffle_slices_not_the_drawn_rows", ROLLOUT,
+          "    parts = {k: v.index_select(0, perm).split(sizes) for k, v in fields.items()}",
+          "    parts = {k: v.index_select(0, perm.sort().values).split(sizes) for k, v in fields.items()}",
+          (EQUAL,),
+          "mini-batches of rows in storage order, not the drawn permutation"),
+        M("shuffle_sizes_ignored", ROLLOUT,
+          "    sizes = [len(idx) for idx in indices]",
+          "    sizes = [len(indices[0])] * len(indices)",
+          (UNEVEN,),
+          "uneven mini-batches cut at the first one's size: rows lost or a short extra batch"),
+        M("bias_epilogue_drops_the_bias", BIAS,
+          "        return graph.call_function(aten.add.Tensor, (product, bias))",
+          "        return product",
+          (NO_NORM,),
+          "the rewritten product without its bias"),
+        M("bias_epilogue_never_applies", BIAS,
+          "    if not node.users or not all(is_pointwise_use(use) for use in node.users):",
+          "    if True:",
+          (NO_NORM,),
+          "the pass rewrites nothing (the counted rewrites catch it; values alone would not)"),
+    ]
