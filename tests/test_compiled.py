@@ -492,28 +492,28 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
 
 @needs_cxx
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path):
-    """ppo.num_mini_batch=4: an epoch's 4 mini-batch steps are one compiled graph (mappo.steps_per_graph). A NaN in
-    the 2nd must leave the weights and Adam's state as the 1st step made them, as the eager loop does (it raises
-    before the 2nd step), and name the 2nd."""
+    """ppo.num_mini_batch=8: an epoch's 8 mini-batch steps are two compiled graphs of 4 (mappo.steps_per_graph). A
+    NaN in the 6th (the 2nd graph's 2nd) must leave the weights and Adam's state as the 5th step made them, as the
+    eager loop does (it raises before the 6th step), and name the 6th."""
     ends = {}
     for mode in ("off", "on"):
         exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=80", "ppo.ppo_epoch=2",
-                                                     "ppo.num_mini_batch=4"]), tmp_path / mode, quiet=True)
+                                                     "ppo.num_mini_batch=8"]), tmp_path / mode, quiet=True)
         L = exp.primary
         exp._start_episodes()
         exp.collect()
-        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 8 steps
+        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 16 steps
         exp.collect()
         ahead = torch.Generator()
         ahead.set_state(L.batch_generator.get_state())
-        row = L.buffer.minibatch_indices(4, ahead)[1][0]  # a row of the next update's 2nd mini-batch
+        row = L.buffer.minibatch_indices(8, ahead)[5][0]  # a row of the next update's 6th mini-batch
         L.buffer.returns.view(-1, L.buffer.N)[row] = float("nan")
-        with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 2$"):
+        with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 6$"):
             L.algo.update(L.buffer, L.batch_generator)
         if mode == "on":
             assert L.algo.fused.compiled_steps is not None  # the unrolled graph ran
         steps = [float(st["step"]) for opt in (L.algo.actor_opt, L.algo.critic_opt) for st in opt.state.values()]
-        assert steps and all(s == 9 for s in steps), steps  # the clean update's 8 and the 1st step of this one
+        assert steps and all(s == 21 for s in steps), steps  # the clean update's 16 and this one's first 5
         ends[mode] = {**L.actor.state_dict(), **{"critic." + k: v for k, v in L.critic.state_dict().items()},
                       **{f"moment{i}": st["exp_avg"] for i, st in enumerate(L.algo.actor_opt.state.values())}}
         exp.logger.close()
