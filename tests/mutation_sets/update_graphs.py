@@ -54,4 +54,9 @@ def mutations(M):
           "    if True:",
           (NO_NORM,),
           "the pass rewrites nothing (the counted rewrites catch it; values alone would not)"),
+        M("bias_epilogue_not_configured", "src/hypermappo/compiled.py",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad)",
+          (NO_NORM,),
+          "the pass written and tested but never given to Inductor"),
     ]
