@@ -554,6 +554,24 @@ def test_compiled_run_with_chunked_collection_resumes_exactly(tmp_path):
     resume_matches_uninterrupted(tmp_path, "mpe/simple_spread", ["model.hidden_sizes=[16,16]", "ppo.compile=on"])
 
 
+def test_graphs_are_cached_in_the_library_directory_unless_the_user_chose_one(tmp_path):
+    """Importing the pass modules imports torch._inductor, which pins its own default (under /tmp) in
+    TORCHINDUCTOR_CACHE_DIR unless it is already set: ours must be set first."""
+    import subprocess
+    import sys
+
+    code = ("import os, hypermappo.weight_grad, hypermappo.linear_act_norm, hypermappo.experiment; "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir; "
+            "print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(cache_dir())")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"} | {"HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    ours = str(tmp_path / ".cache" / "hypermappo" / "inductor")
+    assert out.split() == [ours, ours]
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(tmp_path / "mine")] * 2
+
+
 def test_run_header_says_whether_and_why_it_compiles(tmp_path, capsys):
     assert main(["train", "staghunt/default", "total_env_steps=40", "num_envs=4", "rollout_length=10",
                  "log.tensorboard=false", f"run_dir={tmp_path / 'r'}", "--quiet"]) == 0

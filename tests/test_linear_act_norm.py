@@ -73,6 +73,40 @@ def test_same_threads_give_the_same_bits():
     assert all(torch.equal(a, b) for a, b in zip(*back))
 
 
+def test_outputs_not_on_a_cache_line_are_written_with_plain_stores():
+    """The kernels stream aligned output rows past the cache; an output that is not 64-byte aligned (a caller's
+    view) must take plain stores and get the same values (a streaming store there faults)."""
+    import ctypes
+
+    from hypermappo.models import c_kernel
+
+    lib, p, long = lan._lib(), c_kernel.ptr, ctypes.c_long
+    gamma, beta = affine()
+    rows, k = 67, 14
+    x, w, bias = operand(rows, k, False, 7), torch.randn(k, 64), torch.randn(64)
+
+    def forward(offset):
+        z, h = torch.empty(rows * 64 + offset)[offset:], torch.empty(rows * 64 + offset)[offset:]
+        mean, rstd = torch.empty(rows), torch.empty(rows)
+        lib.linear_act_norm_forward(p(x), long(k), p(w), p(bias), p(gamma), p(beta), p(z), p(h), p(mean), p(rstd),
+                                    long(rows), long(k), ctypes.c_double(EPS), ctypes.c_int(2))
+        return z.view(rows, 64), h.view(rows, 64), mean, rstd
+
+    def backward(offset, z, mean, rstd):
+        gz = torch.empty(rows * 64 + offset)[offset:]
+        sums, partial = [torch.empty(64) for _ in range(3)], torch.empty(3 * 2 * 64, dtype=torch.float64)
+        lib.linear_act_norm_backward(p(x), long(k), p(w), p(z), p(gamma), p(mean), p(rstd), p(gz), *map(p, sums),
+                                     p(partial), long(rows), long(k), ctypes.c_int(2))
+        return gz.view(rows, 64), *sums
+
+    aligned, shifted = forward(0), forward(1)
+    assert shifted[0].data_ptr() % 64 != 0
+    assert all(torch.equal(a, b) for a, b in zip(aligned, shifted))
+    _, _, mean, rstd = aligned
+    z = torch.randn(rows, 64)
+    assert all(torch.equal(a, b) for a, b in zip(backward(0, z, mean, rstd), backward(3, z, mean, rstd)))
+
+
 def test_bad_operands_are_refused():
     gamma, beta = affine()
     with pytest.raises(RuntimeError, match=r"w \[K, 64\]"):

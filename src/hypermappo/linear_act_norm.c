@@ -28,6 +28,9 @@ typedef __m512 vec;
 #define VW 16
 static inline vec vload(const float *p) { return _mm512_loadu_ps(p); }
 static inline void vstore(float *p, vec v) { _mm512_storeu_ps(p, v); }
+/* an output row straight to memory (no read-for-ownership): p 64-byte aligned */
+static inline void vstream(float *p, vec v) { _mm512_stream_ps(p, v); }
+static inline void stream_fence(void) { _mm_sfence(); }
 static inline vec vset1(float a) { return _mm512_set1_ps(a); }
 static inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
@@ -45,6 +48,8 @@ typedef float vec __attribute__((vector_size(64)));
 #define VW 16
 static inline vec vload(const float *p) { vec v; memcpy(&v, p, sizeof v); return v; }
 static inline void vstore(float *p, vec v) { memcpy(p, &v, sizeof v); }
+static inline void vstream(float *p, vec v) { memcpy(p, &v, sizeof v); }
+static inline void stream_fence(void) {}
 static inline vec vset1(float a) { return (vec){0} + a; }
 static inline vec vfma(vec a, vec b, vec c) { return a * b + c; }
 static inline vec vadd(vec a, vec b) { return a + b; }
@@ -57,6 +62,31 @@ static inline vec vwhere_pos(vec z, vec a) { vec r; for (int i = 0; i < VW; i++)
 #endif
 
 #define NV (C / VW)
+
+/* Memory traffic. At 76,800 rows each [R, 64] operand is 19.7 MB, far past the L2, and the products are short (K
+ * FMAs a row), so the loops wait on memory unless told better:
+ * - output rows (z, h forward; dz backward) are written with streaming stores when 64-byte aligned (torch's CPU
+ *   allocations are): a plain store first reads every line it writes;
+ * - each run asks for the input rows of the run AHEAD runs on (x forward; g and z backward), so they are on their
+ *   way while this run computes.
+ * In the compiled MAPPO update at E = 1024 on a 2-core Xeon (both kernels' time per update, alternating builds
+ * in one process): streaming stores 261 -> 233 ms, then the row prefetch 241 -> 188 ms. */
+#define AHEAD 4
+
+/* rows [r, r + n) of a [rows, width] matrix with rows ld apart, towards the cache */
+static inline void prefetch_rows(const float *p, long ld, long width, long r, long n, long rows) {
+    if (r + n > rows) n = rows - r;
+    for (long i = 0; i < n; i++)
+        for (long c = 0; c < width; c += 16) __builtin_prefetch(p + (r + i) * ld + c, 0, 2);
+}
+
+static inline int aligned64(const void *p) { return ((unsigned long)p & 63) == 0; }
+static inline void put(int stream, float *p, vec v) {
+    if (stream)
+        vstream(p, v);
+    else
+        vstore(p, v);
+}
 
 /* acc[i][j] (i < mr) = init + a[i, :] @ w[:, 16j:16j+16]; init = bias or 0 */
 static inline void product_rows(const float *a, long lda, const float *w, const float *bias, long K, long mr,
@@ -90,16 +120,20 @@ void linear_act_norm_forward(const float *x, long ldx, const float *w, const flo
                              const float *beta, float *z, float *h, float *mean, float *rstd, long rows, long K,
                              double eps, int threads) {
     const long runs = (rows + MR - 1) / MR;
-#pragma omp parallel for schedule(static) num_threads(threads)
+    const int stream = aligned64(z) && aligned64(h);
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp for schedule(static)
     for (long run = 0; run < runs; run++) {
         const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
         vec acc[MR][NV];
+        prefetch_rows(x, ldx, K, r0 + AHEAD * MR, MR, rows);
         product_rows(x + r0 * ldx, ldx, w, bias, K, mr, acc);
         for (long i = 0; i < mr; i++) {
             const long r = r0 + i;
             vec u[NV], s = vzero(), v = vzero();
             for (int j = 0; j < NV; j++) {
-                vstore(z + r * C + VW * j, acc[i][j]);
+                put(stream, z + r * C + VW * j, acc[i][j]);
                 u[j] = vrelu(acc[i][j]);
                 s = vadd(s, u[j]);
             }
@@ -112,11 +146,13 @@ void linear_act_norm_forward(const float *x, long ldx, const float *w, const flo
             const float rs = (float)(1.0 / sqrt((double)vsum(v) / C + eps));
             const vec rsv = vset1(rs);
             for (int j = 0; j < NV; j++)
-                vstore(h + r * C + VW * j,
-                       vfma(vmul(vsub(u[j], mv), rsv), vload(gamma + VW * j), vload(beta + VW * j)));
+                put(stream, h + r * C + VW * j,
+                    vfma(vmul(vsub(u[j], mv), rsv), vload(gamma + VW * j), vload(beta + VW * j)));
             mean[r] = m;
             rstd[r] = rs;
         }
+    }
+    stream_fence();
     }
 }
 
@@ -126,6 +162,7 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
                               float *gbias, double *partial, long rows, long K, int threads) {
     const long runs = (rows + MR - 1) / MR;
     memset(partial, 0, sizeof(double) * 3 * (size_t)threads * C);
+    const int stream = aligned64(gz);
 #pragma omp parallel num_threads(threads)
     {
         int t = 0;
@@ -139,6 +176,8 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
         for (long run = 0; run < runs; run++) {
             const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
             vec gh[MR][NV];
+            prefetch_rows(g, ldg, K, r0 + AHEAD * MR, MR, rows);
+            prefetch_rows(z, C, C, r0 + AHEAD * MR, MR, rows);
             product_rows(g + r0 * ldg, ldg, w, 0, K, mr, gh);
             vec sum_w[NV], sum_b[NV], sum_z[NV];  /* this run's column sums, added to the thread's double sums below */
             for (int j = 0; j < NV; j++) sum_w[j] = sum_b[j] = sum_z[j] = vzero();
@@ -158,7 +197,7 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
                 const vec a = vset1(vsum(c1) / C), c = vset1(vsum(c2) / C);
                 for (int j = 0; j < NV; j++) {
                     const vec dz = vwhere_pos(zr[j], vmul(rsv, vsub(vsub(gh_hat[j], a), vmul(uh[j], c))));
-                    vstore(gz + r * C + VW * j, dz);
+                    put(stream, gz + r * C + VW * j, dz);
                     sum_z[j] = vadd(sum_z[j], dz);
                 }
             }
@@ -174,6 +213,7 @@ void linear_act_norm_backward(const float *g, long ldg, const float *w, const fl
                 }
             }
         }
+        stream_fence();
     }
     for (long j = 0; j < C; j++) {
         double sw = 0, sb = 0, sz = 0;

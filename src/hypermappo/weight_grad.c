@@ -19,6 +19,29 @@ typedef float v16 __attribute__((vector_size(64), aligned(4)));
 static inline v16 load(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
 static inline void store(float *p, v16 v) { memcpy(p, &v, sizeof v); }
 
+/* The next tile's rows of a and b, a cache line at a time, one line per step of the current tile's loops, so the
+ * tile is in the cache when its turn comes: a tile is read once per block of output rows, and without this the
+ * first of those reads waited on memory (one thread, 76,800 x 64 x 64 from memory: 9.3 -> 4.2 ms; the compiled
+ * MAPPO update at E = 1024 on a 2-core Xeon, the kernel's time per update 154 -> 97 ms, alternating builds in one
+ * process). */
+typedef struct {
+    const char *a, *b;      /* the next tile's first rows */
+    long lda, ldb;          /* bytes between rows */
+    long la, lb, rows;      /* lines per row of a, of b; rows of the next tile */
+    long row, part;         /* the next line to fetch: row, and line within (a's lines, then b's) */
+} prefetcher;
+
+static inline void prefetch_step(prefetcher *p) {
+    if (p->row >= p->rows) return;
+    const char *line = p->part < p->la ? p->a + p->row * p->lda + 64 * p->part
+                                       : p->b + p->row * p->ldb + 64 * (p->part - p->la);
+    __builtin_prefetch(line, 0, 2);
+    if (++p->part == p->la + p->lb) {
+        p->part = 0;
+        p->row++;
+    }
+}
+
 /* partial [threads, m, np]: each thread's sums, np = n rounded up to whole vectors */
 static void partial_sums(const float *a, const float *b, long K, long m, long n, long lda, long ldb, int threads,
                          float *partial) {
@@ -43,6 +66,9 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                 bstride = np;
             }
             const float *as = a + kb * lda;
+            long next = kb + kt, next_rows = k1 - next < KT ? k1 - next : KT;
+            prefetcher pf = {(const char *)(a + next * lda), (const char *)(b + next * ldb), lda * 4, ldb * 4,
+                             (m * 4 + 63) / 64, (n * 4 + 63) / 64, next_rows > 0 ? next_rows : 0, 0, 0};
             for (long i0 = 0; i0 < m; i0 += MR) {
                 long mr = m - i0 < MR ? m - i0 : MR;
                 for (long j0 = 0; j0 < nv; j0 += 4) {
@@ -52,6 +78,7 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                         for (long k = 0; k < kt; k++) {
                             const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
                             v16 b0 = load(br), b1 = load(br + 16), b2 = load(br + 32), b3 = load(br + 48);
+                            prefetch_step(&pf);
                             for (int i = 0; i < MR; i++) {
                                 float av = ar[i];
                                 acc[i][0] += av * b0;
@@ -63,6 +90,7 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                     } else {
                         for (long k = 0; k < kt; k++) {
                             const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
+                            prefetch_step(&pf);
                             for (long j = 0; j < jv; j++) {
                                 v16 bv = load(br + 16 * j);
                                 for (long i = 0; i < mr; i++) acc[i][j] += ar[i] * bv;

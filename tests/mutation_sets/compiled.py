@@ -11,6 +11,11 @@ FUSED = "src/hypermappo/algos/fused_step.py"
 
 def mutations(M):
     return [
+        M("compile_cache_left_to_inductor", "src/hypermappo/__init__.py",
+          '_os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_DEFAULT_CACHE))',
+          "pass",
+          (f"{T}::test_graphs_are_cached_in_the_library_directory_unless_the_user_chose_one",),
+          "the graph cache left where the first import of torch._inductor puts it (/tmp), not where the docs say"),
         M("compile_own_random_stream", COMPILED,
           "inductor.fallback_random = True",
           "inductor.fallback_random = False",
