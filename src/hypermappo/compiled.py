@@ -88,7 +88,7 @@ def pass_key(source: str, *settings) -> bytes:
 
 def configure() -> None:
     """Inductor settings the compiled path relies on (process-wide, idempotent)."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(DEFAULT_CACHE))
+    # the cache directory (DEFAULT_CACHE unless the user set one) is set on importing the package: __init__.py
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 

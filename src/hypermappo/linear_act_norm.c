@@ -69,8 +69,8 @@ static inline vec vwhere_pos(vec z, vec a) { vec r; for (int i = 0; i < VW; i++)
  *   allocations are): a plain store first reads every line it writes;
  * - each run asks for the input rows of the run AHEAD runs on (x forward; g and z backward), so they are on their
  *   way while this run computes.
- * In the compiled MAPPO update at E = 1024 on a 2-core Xeon (both kernels' time per update, alternating builds
- * in one process): streaming stores 261 -> 233 ms, then the row prefetch 241 -> 188 ms. */
+ * In the compiled MAPPO update at E = 1024 on a 2-core Xeon, both directions' time per update 379 -> 256 ms
+ * (`python benchmarks/kernel_builds.py linear_act_norm --baseline 75ad023`, builds alternating in one process). */
 #define AHEAD 4
 
 /* rows [r, r + n) of a [rows, width] matrix with rows ld apart, towards the cache */
@@ -124,35 +124,35 @@ void linear_act_norm_forward(const float *x, long ldx, const float *w, const flo
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(static)
-    for (long run = 0; run < runs; run++) {
-        const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
-        vec acc[MR][NV];
-        prefetch_rows(x, ldx, K, r0 + AHEAD * MR, MR, rows);
-        product_rows(x + r0 * ldx, ldx, w, bias, K, mr, acc);
-        for (long i = 0; i < mr; i++) {
-            const long r = r0 + i;
-            vec u[NV], s = vzero(), v = vzero();
-            for (int j = 0; j < NV; j++) {
-                put(stream, z + r * C + VW * j, acc[i][j]);
-                u[j] = vrelu(acc[i][j]);
-                s = vadd(s, u[j]);
+        for (long run = 0; run < runs; run++) {
+            const long r0 = run * MR, mr = rows - r0 < MR ? rows - r0 : MR;
+            vec acc[MR][NV];
+            prefetch_rows(x, ldx, K, r0 + AHEAD * MR, MR, rows);
+            product_rows(x + r0 * ldx, ldx, w, bias, K, mr, acc);
+            for (long i = 0; i < mr; i++) {
+                const long r = r0 + i;
+                vec u[NV], s = vzero(), v = vzero();
+                for (int j = 0; j < NV; j++) {
+                    put(stream, z + r * C + VW * j, acc[i][j]);
+                    u[j] = vrelu(acc[i][j]);
+                    s = vadd(s, u[j]);
+                }
+                const float m = vsum(s) / C;
+                const vec mv = vset1(m);
+                for (int j = 0; j < NV; j++) {
+                    vec d = vsub(u[j], mv);
+                    v = vfma(d, d, v);
+                }
+                const float rs = (float)(1.0 / sqrt((double)vsum(v) / C + eps));
+                const vec rsv = vset1(rs);
+                for (int j = 0; j < NV; j++)
+                    put(stream, h + r * C + VW * j,
+                        vfma(vmul(vsub(u[j], mv), rsv), vload(gamma + VW * j), vload(beta + VW * j)));
+                mean[r] = m;
+                rstd[r] = rs;
             }
-            const float m = vsum(s) / C;
-            const vec mv = vset1(m);
-            for (int j = 0; j < NV; j++) {
-                vec d = vsub(u[j], mv);
-                v = vfma(d, d, v);
-            }
-            const float rs = (float)(1.0 / sqrt((double)vsum(v) / C + eps));
-            const vec rsv = vset1(rs);
-            for (int j = 0; j < NV; j++)
-                put(stream, h + r * C + VW * j,
-                    vfma(vmul(vsub(u[j], mv), rsv), vload(gamma + VW * j), vload(beta + VW * j)));
-            mean[r] = m;
-            rstd[r] = rs;
         }
-    }
-    stream_fence();
+        stream_fence();
     }
 }
 
