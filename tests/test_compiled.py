@@ -57,6 +57,9 @@ EQUAL_TOO = {
     "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
     # 64-wide ReLU blocks: their products fused with the LayerNorm(act) kernel (linear_act_norm.py), both directions
     "mlp-linear-act-norm": ["actor=mlp", "model.hidden_sizes=[64,64]"],
+    # and Hyper-MAPPO's per-agent blocks (agent-id context: one product per agent, bmm / baddbmm)
+    "hyper-id-linear-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
+                                 "model.hidden_sizes=[64,64]"],
     # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 8,192 rows)
     "mlp-weight-grad": ["actor=mlp"],
     "hyper-id-weight-grad": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # per-agent (bmm) too
@@ -237,7 +240,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         monkeypatch.setattr(weight_grad, "MIN_ROWS", 1)
         monkeypatch.setattr(weight_grad, "MIN_WIDTH", 1)
         monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
-    if actor == "mlp-linear-act-norm":
+    if actor.endswith("linear-act-norm"):
         monkeypatch.setattr(linear_act_norm.PASS, "uuid", lambda key=os.urandom(16): key)
     if actor == "mlp-tanh-no-norm":
         monkeypatch.setattr(bias_epilogue.PASS, "uuid", lambda key=os.urandom(16): key)
@@ -304,8 +307,8 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     fused = {k: v - rewritten_lan[k] for k, v in linear_act_norm.PASS.rewritten.items()}
-    if actor == "mlp-linear-act-norm":  # collection's 4 blocks forward; 4 forward and 4 backward (+ bias) in each of
-        # the update graph's 2 unrolled mini-batch steps
+    if actor.endswith("linear-act-norm"):  # collection's 4 blocks forward; 4 forward and 4 backward (+ bias) in each
+        # of the update graph's 2 unrolled mini-batch steps (hyper-id: the actor's 2 of each per agent)
         assert fused == {"forward": 4 + 2 * 4, "backward": 2 * 4, "bias": 2 * 4}, fused
         assert comp_summary["linear_act_norm"] == linear_act_norm.status() and "linear_act_norm" not in eager_summary
     elif actor.endswith("act-norm"):  # 16-wide blocks or Tanh: the separate kernels

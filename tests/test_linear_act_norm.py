@@ -186,3 +186,61 @@ def test_switch_and_status(monkeypatch):
     assert lan.enabled() and lan.status().startswith("on in compiled graphs")
     monkeypatch.setenv("HYPERMAPPO_ACT_NORM", "0")  # nothing to fuse into without the act_norm kernel
     assert not lan.enabled() and "HYPERMAPPO_ACT_NORM=0" in lan.status()
+
+
+# ------------------------------------------------------------------ per-agent layers (Hyper-MAPPO's agent-id actor)
+
+def per_agent_block(x, w1, b1, gamma, beta, w2, g2, act):
+    """The per-agent form of `block`: G agents' products as baddbmm / bmm on [G, R, K], the LayerNorm (shared
+    affine) on the [G * R, 64] view, and the per-agent bias gradient summed over each agent's rows."""
+    groups, rows = x.shape[:2]
+    z = torch.baddbmm(b1, x, w1)
+    h, mean, rstd = act_norm.act_norm_op(z.reshape(-1, 64), gamma, beta, act, EPS)
+    grad_h = torch.bmm(g2, w2).reshape(-1, 64)
+    grad_z, grad_gamma, grad_beta = act_norm.act_norm_backward_op(grad_h, z.reshape(-1, 64), gamma, mean, rstd, act)
+    return h, grad_z, grad_gamma, grad_beta, grad_z.reshape(groups, rows, 64).sum(1, keepdim=True)
+
+
+def per_agent_inputs(groups=3, rows=100, k=14, k2=9):
+    g = torch.Generator().manual_seed(11)
+    gamma, beta = affine(12)
+    # g2 strided per row as the graphs have it (the head's output gradient [R, G, k2] permuted to [G, R, k2])
+    return (torch.randn(groups, rows, k, generator=g), torch.randn(groups, k, 64, generator=g) / 4,
+            torch.randn(groups, 1, 64, generator=g), gamma, beta, torch.randn(groups, k2, 64, generator=g),
+            torch.randn(rows, groups, k2, generator=g).permute(1, 0, 2))
+
+
+def test_pass_fuses_per_agent_blocks_and_computes_the_same():
+    args = per_agent_inputs()
+    relu = act_norm.ACTS["relu"]
+    gm, counts = rewritten(lambda *a: per_agent_block(*a, relu), args)
+    assert counts == {"forward": 1, "backward": 1, "bias": 1}
+    targets = {n.target for n in gm.graph.nodes}
+    assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, torch.ops.aten.bmm.default,
+                torch.ops.aten.baddbmm.default, torch.ops.aten.sum.dim_IntList} & targets
+    got, want = gm(*args), per_agent_block(*args, relu)
+    for a, b in zip(got, want):
+        close(a, b)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_per_agent_ops_are_the_shared_ops_per_agent(monkeypatch, threads):
+    """Each agent's rows through its own weights and bias; the shared affine's gradients summed over agents."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
+    x, w1, b1, gamma, beta, w2, g2 = per_agent_inputs(rows=67)
+    h, mean, rstd, z = lan.linear_act_norm_op(x, w1, b1, gamma, beta, EPS)
+    assert z.shape == (3, 67, 64) and h.shape == (3 * 67, 64)
+    gz, ggamma, gbeta, gbias = lan.linear_act_norm_backward_op(g2, w2, z, gamma, mean, rstd)
+    assert gbias.shape == (3, 64)
+    sums = torch.zeros(2, 64)
+    for i in range(3):
+        rows = slice(i * 67, (i + 1) * 67)
+        hi, mi, ri, zi = lan.linear_act_norm_op(x[i], w1[i], b1[i, 0], gamma, beta, EPS)
+        for got, want in ((h[rows], hi), (mean[rows], mi), (rstd[rows], ri), (z[i], zi)):
+            close(got, want)
+        gzi, ggi, gbi, gbiasi = lan.linear_act_norm_backward_op(g2[i], w2[i], zi, gamma, mi, ri)
+        close(gz[rows], gzi)
+        close(gbias[i], gbiasi)
+        sums += torch.stack([ggi, gbi])
+    close(ggamma, sums[0])
+    close(gbeta, sums[1])

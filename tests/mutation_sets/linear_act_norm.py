@@ -7,6 +7,8 @@ T = "tests/test_linear_act_norm.py"
 FWD = f"{T}::test_forward_is_the_product_then_the_act_norm_kernel"
 BWD = f"{T}::test_backward_is_the_product_then_the_act_norm_backward_kernel"
 IN_GRAPH = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-linear-act-norm]"
+PER_AGENT = f"{T}::test_per_agent_ops_are_the_shared_ops_per_agent"
+PER_AGENT_PASS = f"{T}::test_pass_fuses_per_agent_blocks_and_computes_the_same"
 
 
 def mutations(M):
@@ -89,4 +91,26 @@ def mutations(M):
           "column_sum = graph.call_function(operator.getitem, (fused, 2))",
           (f"{T}::test_pass_fuses_both_directions_and_computes_the_same", IN_GRAPH),
           "the shift's gradient taken as the bias gradient"),
-    ]
+        # per-agent blocks (bmm / baddbmm of Hyper-MAPPO's agent-id actor): one kernel call per agent
+    M("lan_per_agent_forward_weights_of_agent_0", PY,
+      "_at(x, i * x.stride(0)), ctypes.c_long(x.stride(1)), _at(w, i * k * WIDTH),",
+      "_at(x, i * x.stride(0)), ctypes.c_long(x.stride(1)), _at(w, 0),",
+      (PER_AGENT,), "every agent's rows through the first agent's weights"),
+    M("lan_per_agent_backward_rows_of_agent_0", PY,
+      "_at(g, i * g.stride(0)), ctypes.c_long(g.stride(1))",
+      "_at(g, 0), ctypes.c_long(g.stride(1))",
+      (PER_AGENT,), "the input-gradient product reads the first agent's output gradient for every agent"),
+    M("lan_per_agent_affine_gradient_of_agent_0", PY,
+      "return gz, ggamma.sum(0), gbeta.sum(0)",
+      "return gz, ggamma[0], gbeta.sum(0)",
+      (PER_AGENT, PER_AGENT_PASS), "the shared LayerNorm scale's gradient from the first agent's rows only"),
+    M("lan_pass_per_agent_bias_gradient_not_taken", PY,
+      "list(user.args[1]) != ([1] if groups else [0])",
+      "list(user.args[1]) != [0]",
+      (PER_AGENT_PASS,), "the per-agent bias gradient's separate sum kept (dz read back from memory)"),
+    M("lan_pass_views_left_before_the_fused_node", PY,
+      "            anchor.append(view)\n",
+      "            pass\n",
+      (PER_AGENT_PASS,), "z's views left reading a node defined after them"),
+]
+
