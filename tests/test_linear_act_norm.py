@@ -140,16 +140,21 @@ def rewritten(fn, args):
     return gm, {k: v - before[k] for k, v in lan.PASS.rewritten.items()}
 
 
-def test_pass_fuses_both_directions_and_computes_the_same():
-    args = inputs()
+@pytest.mark.parametrize("form", ["shared", "per-agent"])
+def test_pass_fuses_both_directions_and_computes_the_same(form):
+    """Shared layer (mm / addmm) or per-agent layers (bmm / baddbmm, `per_agent_block` below): the block's product,
+    LayerNorm, input-gradient product and bias sum all become the two fused ops."""
+    fn, args, products = ((block, inputs(), (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)) if form == "shared"
+                          else (per_agent_block, per_agent_inputs(),
+                                (torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)))
     relu = act_norm.ACTS["relu"]
-    gm, counts = rewritten(lambda *a: block(*a, relu), args)
+    gm, counts = rewritten(lambda *a: fn(*a, relu), args)
     assert counts == {"forward": 1, "backward": 1, "bias": 1}
     targets = {n.target for n in gm.graph.nodes}
     assert {lan.linear_act_norm_op, lan.linear_act_norm_backward_op} <= targets
-    assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, torch.ops.aten.mm.default,
-                torch.ops.aten.addmm.default, torch.ops.aten.sum.dim_IntList} & targets
-    for got, want in zip(gm(*args), block(*args, relu)):
+    assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, *products,
+                torch.ops.aten.sum.dim_IntList} & targets
+    for got, want in zip(gm(*args), fn(*args, relu)):
         close(got, want)
 
 
@@ -208,19 +213,6 @@ def per_agent_inputs(groups=3, rows=100, k=14, k2=9):
     return (torch.randn(groups, rows, k, generator=g), torch.randn(groups, k, 64, generator=g) / 4,
             torch.randn(groups, 1, 64, generator=g), gamma, beta, torch.randn(groups, k2, 64, generator=g),
             torch.randn(rows, groups, k2, generator=g).permute(1, 0, 2))
-
-
-def test_pass_fuses_per_agent_blocks_and_computes_the_same():
-    args = per_agent_inputs()
-    relu = act_norm.ACTS["relu"]
-    gm, counts = rewritten(lambda *a: per_agent_block(*a, relu), args)
-    assert counts == {"forward": 1, "backward": 1, "bias": 1}
-    targets = {n.target for n in gm.graph.nodes}
-    assert not {act_norm.act_norm_op, act_norm.act_norm_backward_op, torch.ops.aten.bmm.default,
-                torch.ops.aten.baddbmm.default, torch.ops.aten.sum.dim_IntList} & targets
-    got, want = gm(*args), per_agent_block(*args, relu)
-    for a, b in zip(got, want):
-        close(a, b)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
