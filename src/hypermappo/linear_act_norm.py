@@ -94,11 +94,6 @@ def _grouped(a: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return (a if a.stride(-1) == 1 else a.contiguous()), w.contiguous()
 
 
-def _at(t: torch.Tensor, elements: int) -> ctypes.c_void_p:
-    """Pointer to t's storage `elements` float32s after its first element (one group's part of a grouped operand)."""
-    return ctypes.c_void_p(t.data_ptr() + 4 * elements)
-
-
 def _forward_cpu(x, w, bias, gamma, beta, eps):
     calls["forward"] += 1
     shared = x.dim() == 2
@@ -107,14 +102,14 @@ def _forward_cpu(x, w, bias, gamma, beta, eps):
     z, h = x.new_empty(groups * rows, WIDTH), x.new_empty(groups * rows, WIDTH)
     mean, rstd = x.new_empty(groups * rows), x.new_empty(groups * rows)
     bias = bias.reshape(groups, WIDTH).contiguous() if bias is not None else None
-    gamma, beta, p = gamma.contiguous(), beta.contiguous(), c_kernel.ptr
+    gamma, beta, p, lib = gamma.contiguous(), beta.contiguous(), c_kernel.ptr, _lib()
     for i in range(groups):  # one call per agent (3 at the paper setting), each parallel over its rows
         r = i * rows
-        _lib().linear_act_norm_forward(
-            _at(x, i * x.stride(0)), ctypes.c_long(x.stride(1)), _at(w, i * k * WIDTH),
-            _at(bias, i * WIDTH) if bias is not None else None, p(gamma), p(beta), _at(z, r * WIDTH),
-            _at(h, r * WIDTH), _at(mean, r), _at(rstd, r), ctypes.c_long(rows), ctypes.c_long(k),
-            ctypes.c_double(eps), ctypes.c_int(torch.get_num_threads()))
+        lib.linear_act_norm_forward(
+            p(x, i * x.stride(0)), ctypes.c_long(x.stride(1)), p(w, i * k * WIDTH),
+            p(bias, i * WIDTH) if bias is not None else None, p(gamma), p(beta), p(z, r * WIDTH), p(h, r * WIDTH),
+            p(mean, r), p(rstd, r), ctypes.c_long(rows), ctypes.c_long(k), ctypes.c_double(eps),
+            ctypes.c_int(torch.get_num_threads()))
     return h, mean, rstd, (z if shared else z.view(groups, rows, WIDTH))
 
 
@@ -129,27 +124,25 @@ def _backward_cpu(g, w, z, gamma, mean, rstd):
     gz = z.new_empty(groups * rows, WIDTH)
     ggamma, gbeta, gbias = (gamma.new_empty(groups, WIDTH) for _ in range(3))
     partial = torch.empty(3 * threads * WIDTH, dtype=torch.float64)
+    p, lib = c_kernel.ptr, _lib()
     for i in range(groups):
         r = i * rows
-        _lib().linear_act_norm_backward(
-            _at(g, i * g.stride(0)), ctypes.c_long(g.stride(1)), _at(w, i * k * WIDTH), _at(z, r * WIDTH),
-            c_kernel.ptr(gamma), _at(mean, r), _at(rstd, r), _at(gz, r * WIDTH), _at(ggamma, i * WIDTH),
-            _at(gbeta, i * WIDTH), _at(gbias, i * WIDTH), c_kernel.ptr(partial), ctypes.c_long(rows),
-            ctypes.c_long(k), ctypes.c_int(threads))
+        lib.linear_act_norm_backward(
+            p(g, i * g.stride(0)), ctypes.c_long(g.stride(1)), p(w, i * k * WIDTH), p(z, r * WIDTH), p(gamma),
+            p(mean, r), p(rstd, r), p(gz, r * WIDTH), p(ggamma, i * WIDTH), p(gbeta, i * WIDTH), p(gbias, i * WIDTH),
+            p(partial), ctypes.c_long(rows), ctypes.c_long(k), ctypes.c_int(threads))
     # the LayerNorm's affine is shared by the groups: its gradients add up (in group order, so the same bits every
     # run); the product's bias gradient is per group
     return gz, ggamma.sum(0), gbeta.sum(0), (gbias[0] if shared else gbias)
 
 
 def _fake_forward(x, w, bias, gamma, beta, eps):
-    rows = x.shape[0] if x.dim() == 2 else x.shape[0] * x.shape[1]
-    return (x.new_empty(rows, WIDTH), x.new_empty(rows), x.new_empty(rows),
-            x.new_empty(*x.shape[:-1], WIDTH))
+    rows = x.shape[:-1].numel()  # all groups' rows
+    return x.new_empty(rows, WIDTH), x.new_empty(rows), x.new_empty(rows), x.new_empty(*x.shape[:-1], WIDTH)
 
 
 def _fake_backward(g, w, z, gamma, mean, rstd):
-    rows = g.shape[0] if g.dim() == 2 else g.shape[0] * g.shape[1]
-    return (g.new_empty(rows, WIDTH), gamma.new_empty(WIDTH), gamma.new_empty(WIDTH),
+    return (g.new_empty(g.shape[:-1].numel(), WIDTH), gamma.new_empty(WIDTH), gamma.new_empty(WIDTH),
             gamma.new_empty(*g.shape[:-2], WIDTH))
 
 
@@ -295,9 +288,10 @@ class LinearActNormPass(CustomGraphPass):
         for out in list(fused.users):
             if out.target is not operator.getitem or out.args[1] != 0:
                 continue
-            readers = [v for v in out.users if v.target in _VIEWS and _val(v) is not None and _val(v).dim() == 3
-                       and _val(v).shape[0] == gbias.shape[0]]
-            for user in [u for r in ([out] if not groups else readers) for u in r.users]:
+            # per agent, the sums read dz through its [G, R / G, 64] view
+            summed = [v for v in out.users if v.target in _VIEWS and _val(v) is not None and _val(v).dim() == 3
+                      and _val(v).shape[0] == gbias.shape[0]] if groups else [out]
+            for user in [u for v in summed for u in v.users]:
                 if (user.target is not aten.sum.dim_IntList or user.kwargs or len(user.args) < 2
                         or list(user.args[1]) != ([1] if groups else [0])):
                     continue

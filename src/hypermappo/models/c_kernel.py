@@ -68,8 +68,9 @@ def build(source: Path, stem: str, flags: list[str]) -> ctypes.CDLL | str:
     return f"{compiler} failed: {reason}"
 
 
-def ptr(t) -> ctypes.c_void_p:
-    return ctypes.c_void_p(t.data_ptr())
+def ptr(t, offset: int = 0) -> ctypes.c_void_p:
+    """t's data, or `offset` elements on (one group's part of a grouped operand)."""
+    return ctypes.c_void_p(t.data_ptr() + offset * t.element_size())
 
 
 # The kernels' torch ops, defined with torch.library's low-level API rather than `torch.library.custom_op`: a
