@@ -14,8 +14,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: $(VENV)/.installed
 	$(PY) -m hypermappo.demo
 
+# one pytest worker per core, at most 4 (each compiles its own graphs: ~1 GB), tests handed out as workers free up
+TEST_WORKERS ?= auto --maxprocesses 4
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -156,12 +156,13 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
         assert (fused.graph_count, fused.graph_break_count) == (1, 0), fused.break_reasons
     else:
         raise AssertionError("a feed-forward actor's mini-batch step is one graph")
-    if actor == "hyper-obs-last":  # the fused C kernel is an op inside the graph (in its autograd.Function), not a break
+    if actor == "hyper-obs-last":  # the fused C kernels are ops inside the graph (in their autograd.Function), not breaks
         assert exp.summary_extra.get("attention_kernel") == "fused"
+        assert exp.summary_extra.get("obs_context_kernel") == "fused"  # the whole context chain, attention included
         for traced in (policy, loss):
             targets = {node.target for g in traced.graphs for m in g.modules() if isinstance(m, torch.fx.GraphModule)
                        for node in m.graph.nodes}
-            assert torch.ops.hypermappo.agent_attention.default in targets
+            assert torch.ops.hypermappo.obs_context.default in targets
     exp.logger.close()
 
 
@@ -292,9 +293,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert onednn_gemm.PASS.rewritten - rewritten == 6 + 2 * 10
     if actor.endswith("weight-grad"):  # every weight gradient of the update's graph (2 mini-batch steps unrolled)
         # (hyper-id: 13 with the outer product of the input LayerNorm's shift folded into the per-agent first
-        # layers, agent_layers.fold_norm, a 1-row product this test's lowered MIN_ROWS lets through)
+        # layers, agent_layers.fold_norm, a 1-row product this test's lowered MIN_ROWS lets through; hyper-obs: 8,
+        # its context chain's 5 weight gradients are taken inside the observation-context kernel, obs_context.c)
         assert weight_grad.PASS.rewritten - rewritten_wg == 2 * {"mlp-weight-grad": 7, "hyper-id-weight-grad": 13,
-                                                                 "hyper-obs-weight-grad": 13}[actor]
+                                                                 "hyper-obs-weight-grad": 8}[actor]
     if actor == "mlp-tanh-no-norm":
         # collection: the 4 hidden products (into Tanh); in each of the update's 2 unrolled steps those 4 and the
         # value head's (into the value loss); the policy heads feed log-softmax, a reduction, and stay addmm

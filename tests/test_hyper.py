@@ -16,6 +16,7 @@ from hypermappo.config import build_config
 from hypermappo.diagnostics import DeadComponentError, js_distance, system_neural_diversity
 from hypermappo.envs.vec import EnvSpec
 from hypermappo.experiment import Experiment
+from hypermappo.models import obs_context as obs_context_kernel
 from hypermappo.models.actor import build_actor
 from hypermappo.models.agent_attention import AgentAttention, dense_attention
 from hypermappo.models.distributions import make_dist
@@ -117,11 +118,30 @@ def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkey
         return ctx.detach(), h  # the bug: nothing before the hypernetwork MLP gets a gradient
 
     monkeypatch.setattr(ContextEncoder, "forward", detached)
+    monkeypatch.setenv("HYPERMAPPO_OBS_CONTEXT_KERNEL", "0")  # the modules path (the kernel's own case: below)
     with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.obs_encoder"):
         _run(tmp_path, "dead", ["actor=hyper", "hyper.context=obs", "hyper.layers=last"])
     import json
     audit = json.loads((tmp_path / "dead" / "summary.json").read_text())["audit"]
     assert audit["passed"] is False and "actor.hyper.context.attention" in audit["dead"]
+
+
+@pytest.mark.skipif(isinstance(obs_context_kernel.library(3, 18, 16, 4, 16, 2), str), reason="no C kernel")
+def test_audit_stops_a_run_whose_fused_context_kernel_drops_the_encoder_gradient(tmp_path, monkeypatch):
+    """The fused observation-context kernel (models/obs_context.py) with a bug that loses the encoder's weight
+    gradient: the live-component audit names the encoder."""
+    original = obs_context_kernel._ObsContext.backward
+
+    def lossy(ctx, grad_z):
+        grads = list(original(ctx, grad_z))
+        grads[2] = grads[2].clone()
+        width = ctx.sizes[0]
+        grads[2][:(ctx.saved_tensors[0].shape[-1] + 1) * width] = 0  # the encoder's weight and bias: the first blocks
+        return tuple(grads)
+
+    monkeypatch.setattr(obs_context_kernel._ObsContext, "backward", staticmethod(lossy))
+    with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.obs_encoder"):
+        _run(tmp_path, "dead", ["actor=hyper", "hyper.context=obs", "hyper.layers=last"])
 
 
 def test_audit_passes_and_is_recorded_for_plain_mappo(tmp_path):
@@ -136,6 +156,7 @@ def test_audit_is_not_fooled_by_weight_decay_moving_a_module_the_loss_does_not_r
     from hypermappo.models.agent_attention import AgentAttention as Attention
     original = Attention.attend
     monkeypatch.setattr(Attention, "attend", lambda self, x, alive=None: original(self, x, alive) * 0.0)
+    monkeypatch.setenv("HYPERMAPPO_OBS_CONTEXT_KERNEL", "0")  # `attend` is the modules path's
     with pytest.raises(DeadComponentError, match=r"actor\.hyper\.context\.attention"):
         _run(tmp_path, "decayed", ["actor=hyper", "hyper.context=obs", "hyper.layers=last", "ppo.weight_decay=0.01"],
              steps=240)

@@ -18,11 +18,11 @@ weight-gradient passes) rewrites
 for fp32 CPU blocks of exactly 64 features with ReLU (the MAPPO reference's block; Tanh and other widths keep the
 separate kernels). Per-agent layers take the same rewrite from `baddbmm` / `bmm` (Hyper-MAPPO's agent-id actor:
 one product per agent on [agents, rows, K], one kernel call per agent, the LayerNorm's shared affine gradients
-summed over agents): at the paper setting its compiled update went from 937 to 769 ms (in-process torch profile,
-10 mini-batch steps; MAPPO's 699 ms in the same session). Same maths to float rounding (another summation order in
-the products; the affine gradients' per-thread sums in double added in thread order, so one thread count gives the
-same bits every run). The eager
-path is unchanged. `HYPERMAPPO_LINEAR_ACT_NORM=0` turns it off (side-by-side timing); a kernel that cannot be built
+summed over agents): at the paper setting its compiled update went from 943 to 604 ms a PPO update, beside
+compiled MAPPO's 548 / 534 ms (`benchmarks/speed_vs_peers.py --rounds 3`, 2026-11-26 19:10 and 23:57 UTC).
+Same maths to float rounding (another summation order in the products; the affine gradients' per-thread sums in
+double added in thread order, so one thread count gives the same bits every run). The eager path is unchanged.
+`HYPERMAPPO_LINEAR_ACT_NORM=0` turns it off (side-by-side timing); a kernel that cannot be built
 leaves the graphs as they were, said by `status()`.
 """
 

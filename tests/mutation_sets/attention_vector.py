@@ -2,15 +2,17 @@
 vector exp, the weights gathered and stored per query)."""
 
 C = "src/hypermappo/models/agent_attention.c"
+H = "src/hypermappo/models/vec16.h"  # the vector helpers, shared with obs_context.c
 VECTOR = "tests/test_hyper.py::test_fused_attention_float32_vector_path"
+OBS_CONTEXT = "tests/test_obs_context.py::test_kernel_float32_is_close_and_deterministic_per_thread_count"
 
 
 def mutations(M):
     return [
-        M("attention_vector_head_sum_short", C,
-          "for (int step = 1; step < DD; step *= 2)",
-          "for (int step = 2; step < DD; step *= 2)",
-          (VECTOR,),
+        M("attention_vector_head_sum_short", H,
+          "for (int step = 1; step < HEAD_LANES; step *= 2)",
+          "for (int step = 2; step < HEAD_LANES; step *= 2)",
+          (VECTOR, OBS_CONTEXT),
           "a head's dot product summed over half its lanes"),
         M("attention_vector_mask_dropped", C,
           "s[j] = (!live || live[j]) ? head_sum(q * k[j]) * scale : minus_inf;",
@@ -22,15 +24,15 @@ def mutations(M):
           "",
           (VECTOR,),
           "a sample without an alive key gives NaN instead of 0"),
-        M("attention_vector_exp_reduction_sign", C,
+        M("attention_vector_exp_reduction_sign", H,
           "v16 r = x - n * 0.693359375f;",
           "v16 r = x + n * 0.693359375f;",
-          (VECTOR,),
+          (VECTOR, OBS_CONTEXT),
           "exp's range reduction with the wrong sign"),
-        M("attention_vector_exp_minus_inf_not_zero", C,
+        M("attention_vector_exp_minus_inf_not_zero", H,
           "return vsel(none, zero, poly * (v16)two_n);",
           "return poly * (v16)two_n;",
-          (VECTOR,),
+          (VECTOR, OBS_CONTEXT),
           "exp(-inf) taken as exp(-87) (masked keys get a tiny weight and the no-alive sample a uniform one)"),
         M("attention_vector_weights_stored_wrong_slot", C,
           "block = vsel(lane % NA == j, __builtin_shuffle(w, lane / NA * DD), block);",

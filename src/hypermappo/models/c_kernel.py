@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,6 +46,9 @@ def build(source: Path, stem: str, flags: list[str]) -> ctypes.CDLL | str:
     if not compiler:
         return "no C compiler found (set CC)"
     text = source.read_bytes()
+    for header in re.findall(rb'#include "([^"]+)"', text):  # local headers: a change to one rebuilds
+        if (source.parent / header.decode()).exists():
+            text += (source.parent / header.decode()).read_bytes()
     native = cpu_identity() if "-march=native" in flags else b""
     reason = "unknown error"
     for openmp in (["-fopenmp"], []):

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from hypermappo.config import resolve_hyper_defaults
 from hypermappo.errors import UserError
+from hypermappo.models import obs_context as obs_context_kernel
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear, fold_norm
@@ -269,6 +270,24 @@ class HyperNetwork(nn.Module):
             lin = nn.Linear(width, units)
             nn.init.zeros_(lin.weight), nn.init.zeros_(lin.bias)
             self.scales.append(lin)
+        self.context_kernel = self._context_kernel(spec, h)
+
+    def _context_kernel(self, spec, h) -> str:
+        """'fused' when the context encoder and MLP run as one C kernel (models/obs_context.py), else why not."""
+        c = self.context
+        if c.parts != ["obs"] or c.belief_dim or c.aggregation != "attention" or not len(self.mlp):
+            return "modules (not an observation-only context with attention and an MLP)"
+        if not obs_context_kernel.enabled():
+            return "modules (HYPERMAPPO_OBS_CONTEXT_KERNEL=0)"
+        if not c.attention.fused:
+            return f"modules (attention kernel: {c.attention.implementation})"
+        self.kernel_sizes = [h.obs_embed_dim, h.attention_heads, h.hidden, h.mlp_layers]
+        lib = obs_context_kernel.library(spec.num_agents, spec.obs_dim, *self.kernel_sizes)
+        return f"modules (kernel unavailable: {lib})" if isinstance(lib, str) else "fused"
+
+    def _fused_context(self, obs: torch.Tensor) -> bool:
+        return (self.context_kernel == "fused" and obs.device.type == "cpu" and not obs.requires_grad
+                and obs.dtype in (torch.float32, torch.float64))
 
     @property
     def factored(self) -> bool:
@@ -276,8 +295,13 @@ class HyperNetwork(nn.Module):
         return not self.context.static
 
     def forward(self, obs, hidden=None, reset=None, sequence=False, active=None):
-        ctx, new_hidden = self.context(obs, hidden, reset, sequence, active)
-        z = self.mlp(ctx)
+        if self._fused_context(obs):
+            c = self.context
+            params = obs_context_kernel.pack(c.obs_encoder[1], c.attention, list(self.mlp)[::2])
+            z, new_hidden = obs_context_kernel.obs_context(obs, active, params, self.kernel_sizes), None
+        else:
+            ctx, new_hidden = self.context(obs, hidden, reset, sequence, active)
+            z = self.mlp(ctx)
         f = self.factored
         return [g(z, f) for g in self.generators], [1.0 + s(z) for s in self.scales], new_hidden
 
@@ -341,7 +365,9 @@ class HyperActor(MLPActor):
 
     def describe(self) -> dict:
         attention = getattr(self.hyper.context, "attention", None)
-        return {"attention_kernel": attention.implementation} if attention is not None else {}
+        if attention is None:
+            return {}
+        return {"attention_kernel": attention.implementation, "obs_context_kernel": self.hyper.context_kernel}
 
     # -------------------------------------------------------------- optimiser / target
 
