@@ -116,26 +116,17 @@ void attention_forward_f32(const float *restrict qkv, const unsigned char *restr
         v16 k[NA], v[NA];
         for (int j = 0; j < NA; j++) k[j] = vld(x + j * 3 * EE + EE), v[j] = vld(x + j * 3 * EE + 2 * EE);
         for (int i = 0; i < NA; i++) {
-            const v16 q = vld(x + i * 3 * EE), minus_inf = (v16){0} - INFINITY;
-            v16 s[NA], top = minus_inf, total = {0}, acc = {0};
-            for (int j = 0; j < NA; j++) {
-                s[j] = (!live || live[j]) ? head_sum(q * k[j]) * scale : minus_inf;
-                top = vsel(s[j] > top, s[j], top);
-            }
-            top = vsel(top == minus_inf, (v16){0}, top);  /* no alive key: every weight 0 */
-            for (int j = 0; j < NA; j++) s[j] = vexp_nonpos(s[j] - top), total += s[j];
-            const v16 inv = vsel(total > 0, 1.0f / total, (v16){0});
+            v16 w[NA];
+            const v16 acc = attend_one(vld(x + i * 3 * EE), k, v, live, scale, w);
 #if HH * NA <= 16  /* query i's weights [HH, NA] gathered into one vector, stored at once */
             v16 block = {0};
 #endif
             for (int j = 0; j < NA; j++) {
-                const v16 w = s[j] * inv;
 #if HH * NA <= 16
-                block = vsel(lane % NA == j, __builtin_shuffle(w, lane / NA * DD), block);
+                block = vsel(lane % NA == j, __builtin_shuffle(w[j], lane / NA * DD), block);
 #else
-                for (int h = 0; h < HH; h++) pb[(i * HH + h) * NA + j] = w[h * DD];
+                for (int h = 0; h < HH; h++) pb[(i * HH + h) * NA + j] = w[j][h * DD];
 #endif
-                acc += w * v[j];
             }
 #if HH * NA <= 16
             float stored[16];
@@ -159,7 +150,7 @@ void attention_backward_f32(const float *restrict qkv, const float *restrict p, 
         }
         for (int i = 0; i < NA; i++) {
             const v16 gi = vld(g + i * EE);
-            v16 w[NA], dot[NA], mean = {0};
+            v16 w[NA];
 #if HH * NA <= 16  /* query i's weights [HH, NA] in one vector, each key's spread over its heads' lanes */
             float block[16] = {0};
             memcpy(block, pb + i * HH * NA, sizeof(float) * HH * NA);
@@ -171,15 +162,8 @@ void attention_backward_f32(const float *restrict qkv, const float *restrict p, 
 #else
                 for (int l = 0; l < 16; l++) w[j][l] = pb[(i * HH + l / DD) * NA + j];
 #endif
-                dot[j] = head_sum(gi * v[j]);
-                mean += w[j] * dot[j];
-                dv[j] += w[j] * gi;
             }
-            for (int j = 0; j < NA; j++) {
-                const v16 ds = w[j] * (dot[j] - mean) * scale;
-                dq[i] += ds * k[j];
-                dk[j] += ds * q[i];
-            }
+            attend_one_back(i, gi, w, q, k, v, scale, dq, dk, dv);
         }
         float *d = grad_qkv + b * NA * 3 * EE;
         for (int j = 0; j < NA; j++) vst(d + j * 3 * EE, dq[j]), vst(d + j * 3 * EE + EE, dk[j]),

@@ -166,25 +166,12 @@ typedef struct {
 #if VECTOR_ATTENTION
 static inline void FN(attend)(FN(state) *restrict s, int q0, const unsigned char *restrict live) {
     const float scale = 1 / sqrtf((float)DH);
-    const v16 minus_inf = (v16){0} - INFINITY, zero = {0};
     v16 k[NA], v[NA];
     for (int j = 0; j < NA; j++) k[j] = vld(s->qkv[q0 + j] + EE), v[j] = vld(s->qkv[q0 + j] + 2 * EE);
     for (int i = q0; i < q0 + NA; i++) {
-        const v16 q = vld(s->qkv[i]);
-        v16 sc[NA], top = minus_inf, total = zero, acc = zero;
-        for (int j = 0; j < NA; j++) {
-            sc[j] = (!live || live[j]) ? head_sum(q * k[j]) * scale : minus_inf;
-            top = vsel(sc[j] > top, sc[j], top);
-        }
-        top = vsel(top == minus_inf, zero, top); /* no alive key: every weight 0 */
-        for (int j = 0; j < NA; j++) sc[j] = vexp_nonpos(sc[j] - top), total += sc[j];
-        const v16 inv = vsel(total > 0, 1.0f / total, zero);
-        for (int j = 0; j < NA; j++) {
-            const v16 w = sc[j] * inv;
-            vst(s->w[i][j], w);
-            acc += w * v[j];
-        }
-        vst(s->a[i], acc);
+        v16 w[NA];
+        vst(s->a[i], attend_one(vld(s->qkv[i]), k, v, live, scale, w));
+        for (int j = 0; j < NA; j++) vst(s->w[i][j], w[j]);
     }
 }
 
@@ -198,19 +185,9 @@ static inline void FN(attend_back)(const FN(state) *restrict s, int q0, const fl
         dq[j] = dk[j] = dv[j] = (v16){0};
     }
     for (int i = 0; i < NA; i++) {
-        const v16 gi = vld(da[q0 + i]);
-        v16 w[NA], dot[NA], mean = {0};
-        for (int j = 0; j < NA; j++) {
-            w[j] = vld(s->w[q0 + i][j]);
-            dot[j] = head_sum(gi * v[j]);
-            mean += w[j] * dot[j];
-            dv[j] += w[j] * gi;
-        }
-        for (int j = 0; j < NA; j++) {
-            const v16 ds = w[j] * (dot[j] - mean) * scale;
-            dq[i] += ds * k[j];
-            dk[j] += ds * q[i];
-        }
+        v16 w[NA];
+        for (int j = 0; j < NA; j++) w[j] = vld(s->w[q0 + i][j]);
+        attend_one_back(i, vld(da[q0 + i]), w, q, k, v, scale, dq, dk, dv);
     }
     for (int j = 0; j < NA; j++)
         vst(dqkv[q0 + j], dq[j]), vst(dqkv[q0 + j] + EE, dk[j]), vst(dqkv[q0 + j] + 2 * EE, dv[j]);

@@ -40,4 +40,43 @@ static inline v16 vexp_nonpos(v16 x) {
     return vsel(none, zero, poly * (v16)two_n);
 }
 
+#ifdef NA
+/* one query's attention over the NA agents' keys k and values v (live: alive bytes, or NULL = all alive): the
+ * weights, each head's spread over its lanes, into w, and the weighted sum of the values returned; without an alive
+ * key every weight and the output are 0 */
+static inline v16 attend_one(v16 q, const v16 *k, const v16 *v, const unsigned char *live, float scale, v16 *w) {
+    const v16 minus_inf = (v16){0} - INFINITY, zero = {0};
+    v16 top = minus_inf, total = zero, acc = zero;
+    for (int j = 0; j < NA; j++) {
+        w[j] = (!live || live[j]) ? head_sum(q * k[j]) * scale : minus_inf;
+        top = vsel(w[j] > top, w[j], top);
+    }
+    top = vsel(top == minus_inf, zero, top);  /* no alive key: every weight 0 */
+    for (int j = 0; j < NA; j++) w[j] = vexp_nonpos(w[j] - top), total += w[j];
+    const v16 inv = vsel(total > 0, 1.0f / total, zero);
+    for (int j = 0; j < NA; j++) {
+        w[j] *= inv;
+        acc += w[j] * v[j];
+    }
+    return acc;
+}
+
+/* its backward for query agent i, given the output's gradient gi and the weights w: with dot_j = gi.v_j per head,
+ * dv_j += w_j gi, ds_j = w_j (dot_j - sum_j' w_j' dot_j') scale, dq_i += ds_j k_j, dk_j += ds_j q_i */
+static inline void attend_one_back(int i, v16 gi, const v16 *w, const v16 *q, const v16 *k, const v16 *v,
+                                   float scale, v16 *dq, v16 *dk, v16 *dv) {
+    v16 dot[NA], mean = {0};
+    for (int j = 0; j < NA; j++) {
+        dot[j] = head_sum(gi * v[j]);
+        mean += w[j] * dot[j];
+        dv[j] += w[j] * gi;
+    }
+    for (int j = 0; j < NA; j++) {
+        const v16 ds = w[j] * (dot[j] - mean) * scale;
+        dq[i] += ds * k[j];
+        dk[j] += ds * q[i];
+    }
+}
+#endif
+
 #endif
