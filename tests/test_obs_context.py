@@ -130,6 +130,8 @@ def test_obs_context_ops_are_registered_correctly():
     (["hyper.context=agent_id,obs"], "modules (not an observation-only context"),
     (["hyper.mlp_layers=0"], "modules (not an observation-only context"),
     (["hyper.attention_kernel=dense"], "modules (attention kernel: dense)"),
+    # too large for the kernel's per-thread stack scratch: the modules, not a crash
+    (["hyper.obs_embed_dim=256", "hyper.hidden=256"], "modules (kernel unavailable: sizes (3, 18, 256, 4, 256, 2) need"),
 ])
 def test_hypernetwork_takes_the_kernel_where_it_applies(overrides, want):
     assert _actor(3, 18, overrides).hyper.context_kernel.startswith(want)

@@ -34,9 +34,24 @@ def enabled() -> bool:
     return switch("HYPERMAPPO_OBS_CONTEXT_KERNEL")
 
 
+_MAX_SCRATCH_BYTES = 1 << 20  # per thread, on its stack (obs_context.c): larger sizes keep the modules
+
+
+def scratch_bytes(agents: int, obs_dim: int, width: int, heads: int, hidden: int, layers: int) -> int:
+    """An upper bound of the kernel's per-thread stack scratch in float64: the packed parameters twice (the gradient
+    block, the transposed weights) and a block's activations and their gradients (obs_context.c's state and locals)."""
+    params = (obs_dim * width + width + width * 3 * width + 3 * width + width * width + width + 2 * width * hidden
+              + hidden + (layers - 1) * (hidden * hidden + hidden))
+    rows = 4 * agents  # BS samples of a block
+    per_row = 2 * obs_dim + 14 * width + (layers + 5) * hidden + agents * width + heads * agents
+    return 8 * (2 * params + rows * per_row)
+
+
 def library(agents: int, obs_dim: int, width: int, heads: int, hidden: int, layers: int) -> ctypes.CDLL | str:
     """The kernel for these sizes (compiled on first use, cached), or why it cannot be built."""
     key = (agents, obs_dim, width, heads, hidden, layers)
+    if scratch_bytes(*key) > _MAX_SCRATCH_BYTES:
+        return f"sizes {key} need {scratch_bytes(*key):,} bytes of per-thread scratch, over {_MAX_SCRATCH_BYTES:,}"
     if key not in _LIBRARIES:
         lib = c_kernel.build(_SOURCE, "obs_context_" + "x".join(map(str, key)),
                              [f"-D{name}={v}" for name, v in zip(("NA", "DO", "EE", "HH", "ZZ", "LL"), key)]
