@@ -51,15 +51,13 @@ def kernel_rounds(rounds: int) -> dict:
     net = build_actor("hyper", spec, build_config(None, ["actor=hyper", "hyper.context=obs"])).hyper
     assert net.context_kernel == "fused", net.context_kernel
     obs, dz = torch.randn(SAMPLES, AGENTS, OBS), torch.randn(SAMPLES, AGENTS, net.kernel_sizes[2])
-    encoder, mlp = net.context.obs_encoder[1], list(net.mlp)[::2]
 
     def modules():
         ctx, _ = net.context(obs)
         return net.mlp(ctx)
 
     def kernel():
-        return obs_context.obs_context(obs, None, obs_context.pack(encoder, net.context.attention, mlp),
-                                       net.kernel_sizes)
+        return obs_context.obs_context(obs, None, net.context_params(), net.kernel_sizes)
 
     def timed(fn, backward: bool) -> float:
         t = time.perf_counter()

@@ -30,7 +30,7 @@ def _actor(agents: int, obs_dim: int, overrides=(), dtype=torch.float64, seed=0)
 
 def _code_and_gradients(net, obs, alive, dz, fused: bool):
     if fused:
-        params = kernel.pack(net.context.obs_encoder[1], net.context.attention, list(net.mlp)[::2])
+        params = net.context_params()
         z = kernel.obs_context(obs, alive, params, net.kernel_sizes)
     else:
         ctx, _ = net.context(obs, active=alive)
@@ -106,7 +106,7 @@ def test_obs_context_ops_are_registered_correctly():
     actor = _actor(3, 5, ["hyper.attention_heads=2", "hyper.mlp_layers=1", "hyper.obs_embed_dim=4",
                           "hyper.hidden=3"])
     net = actor.hyper
-    params = kernel.pack(net.context.obs_encoder[1], net.context.attention, list(net.mlp)[::2]).detach()
+    params = net.context_params().detach()
     g = torch.Generator().manual_seed(3)
     obs = torch.randn(6, 3, 5, dtype=torch.float64, generator=g)
     for alive in _alive_cases(6, 3, g):

@@ -285,6 +285,11 @@ class HyperNetwork(nn.Module):
         lib = obs_context_kernel.library(spec.num_agents, spec.obs_dim, *self.kernel_sizes)
         return f"modules (kernel unavailable: {lib})" if isinstance(lib, str) else "fused"
 
+    def context_params(self) -> torch.Tensor:
+        """The context encoder's and MLP's parameters packed for the kernel (obs_context.pack)."""
+        c = self.context
+        return obs_context_kernel.pack(c.obs_encoder[1], c.attention, [m for m in self.mlp if isinstance(m, nn.Linear)])
+
     def _fused_context(self, obs: torch.Tensor) -> bool:
         return (self.context_kernel == "fused" and obs.device.type == "cpu" and not obs.requires_grad
                 and obs.dtype in (torch.float32, torch.float64))
@@ -296,9 +301,8 @@ class HyperNetwork(nn.Module):
 
     def forward(self, obs, hidden=None, reset=None, sequence=False, active=None):
         if self._fused_context(obs):
-            c = self.context
-            params = obs_context_kernel.pack(c.obs_encoder[1], c.attention, list(self.mlp)[::2])
-            z, new_hidden = obs_context_kernel.obs_context(obs, active, params, self.kernel_sizes), None
+            z = obs_context_kernel.obs_context(obs, active, self.context_params(), self.kernel_sizes)
+            new_hidden = None
         else:
             ctx, new_hidden = self.context(obs, hidden, reset, sequence, active)
             z = self.mlp(ctx)
