@@ -1,4 +1,4 @@
-"""The hidden blocks' LayerNorm(act(z)) kernel (src/hypermappo/models/act_norm.py) against the same maths composed
+"""The hidden blocks' LayerNorm(act(z)) kernel (src/hypermappo/kernels/act_norm.py) against the same maths composed
 from ATen kernels (eager) and as Inductor compiles it, forward + backward, at the row counts the library meets: a
 collection step at 1,024 envs (3,072 rows), JaxMARL's IPPO mini-batch (1,536), MIN_ROWS (8,192), the
 time-to-result preset's mini-batch (9,600 x 3 agents), the MAPPO paper's mini-batch (76,800).
@@ -42,8 +42,8 @@ def composition(z, w, b):
 
 
 def variants():
-    from hypermappo.compiled import configure
-    from hypermappo.models import act_norm
+    from hypermappo.compile import configure
+    from hypermappo.kernels import act_norm
 
     configure()  # the library's Inductor settings
     compiled = torch.compile(composition, dynamic=False)
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from hypermappo.models import act_norm
+    from hypermappo.kernels import act_norm
 
     if act_norm.unavailable():
         print(f"act_norm kernel: {act_norm.unavailable()}")

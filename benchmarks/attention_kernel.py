@@ -1,4 +1,4 @@
-"""The observation context's attention kernel (models/agent_attention.c): its float32 16-wide vector path against
+"""The observation context's attention kernel (kernels/agent_attention.c): its float32 16-wide vector path against
 the scalar loops it replaced (HYPERMAPPO_ATTENTION_VECTOR=0: the same source built with -DSCALAR_F32), side by
 side in one process.
 
@@ -56,7 +56,7 @@ def builds() -> dict:
 def kernel_rounds(libs: dict, rounds: int, threads: int) -> dict:
     import torch
 
-    from hypermappo.models import c_kernel
+    from hypermappo.kernels import c_kernel
 
     torch.manual_seed(0)
     qkv = torch.randn(SAMPLES, AGENTS, 3 * WIDTH)

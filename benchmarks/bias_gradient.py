@@ -27,7 +27,7 @@ ROWS = ["mappo", "hyper-obs-last"]
 
 
 def measure(name: str, rounds: int, threads: int, tmp: str) -> dict:
-    from hypermappo import linear_act_norm
+    from hypermappo.compile import linear_act_norm
 
     runs = {}
     for sums in (True, False):

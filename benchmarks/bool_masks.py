@@ -1,4 +1,4 @@
-"""The compiled path's mask pass (src/hypermappo/bool_masks.py) on and off, side by side.
+"""The compiled path's mask pass (src/hypermappo/compile/bool_masks.py) on and off, side by side.
 
 The compiled Hyper-MAPPO observation-context row of speed_vs_peers.py (VMAS simple_spread, E = 1024, the MAPPO
 paper's settings; its mini-batch step is a forward / backward pair of graphs, where the pass acts) in fresh

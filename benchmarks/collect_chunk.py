@@ -82,8 +82,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    from hypermappo.collect_step import CHUNK
-    from hypermappo.compiled import DEFAULT_CACHE
+    from hypermappo.compile import DEFAULT_CACHE
+    from hypermappo.compile.collect_step import CHUNK
 
     cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR", DEFAULT_CACHE))
     warm = cache.exists() and any(cache.iterdir())

@@ -1,5 +1,5 @@
-"""The compiled collection step (src/hypermappo/collect_step.py) and the graphs' C++ calling code (compiled.py's
-`cpp_wrapper`), each against what the compiled path did before, side by side in one process.
+"""The compiled collection step (src/hypermappo/compile/collect_step.py) and the graphs' C++ calling code
+(compile/decision.py's `cpp_wrapper`), each against what the compiled path did before, side by side in one process.
 
   collect  one rollout's collection (`Experiment.collect`) with ppo.compile=on, three ways in turn each round:
            the two-call path (compiled policy step, compiled env core, eager buffer writes between them), one graph
@@ -38,9 +38,8 @@ ROWS = [("ippo, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL], True),
 
 def measure(name: str, env: str, e: int, overrides: list[str], collect: bool, rounds: int, threads: int) -> dict:
 
-    from hypermappo import collect_step
     from hypermappo.algos.fused_step import FusedMinibatchStep
-    from hypermappo.compiled import compile_fn
+    from hypermappo.compile import collect_step, compile_fn
     c = case(name, env, e, threads, [*overrides, "ppo.compile=on"])
     with tempfile.TemporaryDirectory() as tmp:
         exp = started_run(c, f"{tmp}/run")

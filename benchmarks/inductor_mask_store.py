@@ -46,7 +46,7 @@ def timed(fn, x, reps: int = 30) -> float:
 
 
 def main() -> None:
-    from hypermappo.compiled import configure
+    from hypermappo.compile import configure
     from hypermappo.experiment import keep_freed_memory
 
     torch.set_num_threads(1)

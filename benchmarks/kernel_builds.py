@@ -31,8 +31,11 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
-SOURCES = {"linear_act_norm": "src/hypermappo/linear_act_norm.c", "weight_grad": "src/hypermappo/weight_grad.c",
-           "act_norm": "src/hypermappo/models/act_norm.c"}
+SOURCES = {"linear_act_norm": "src/hypermappo/kernels/linear_act_norm.c",
+           "weight_grad": "src/hypermappo/kernels/weight_grad.c", "act_norm": "src/hypermappo/kernels/act_norm.c"}
+# where each source was before the package layout moved it to kernels/ (a --baseline from before that commit)
+OLD_SOURCES = {"linear_act_norm": "src/hypermappo/linear_act_norm.c", "weight_grad": "src/hypermappo/weight_grad.c",
+               "act_norm": "src/hypermappo/models/act_norm.c"}
 FLAGS = {"act_norm": ["-march=native", "-DREAL=float", "-DSUFFIX=f32"]}  # the float32 build (act_norm.library)
 
 
@@ -62,11 +65,14 @@ def main(argv=None) -> int:
     p.add_argument("--row", default="mappo", choices=["mappo", "hyper-id", "hyper-obs-last"])
     args = p.parse_args(argv)
 
-    from hypermappo import linear_act_norm, weight_grad
-    from hypermappo.models import act_norm, c_kernel
+    from hypermappo.compile import linear_act_norm, weight_grad
+    from hypermappo.kernels import act_norm, c_kernel
 
     source = SOURCES[args.kernel]
     old = subprocess.run(["git", "show", f"{args.baseline}:{source}"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode != 0:
+        old = subprocess.run(["git", "show", f"{args.baseline}:{OLD_SOURCES[args.kernel]}"], cwd=ROOT,
+                             capture_output=True, text=True)
     if old.returncode != 0:
         sys.exit(f"kernel_builds: cannot read {source} at {args.baseline!r}: {old.stderr.strip()}")
     info = machine()

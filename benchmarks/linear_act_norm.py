@@ -1,4 +1,4 @@
-"""The 64-wide ReLU blocks' products fused with their LayerNorm (src/hypermappo/linear_act_norm.py) against the
+"""The 64-wide ReLU blocks' products fused with their LayerNorm (src/hypermappo/compile/linear_act_norm.py) against the
 product (oneDNN) followed by the act_norm kernel: the kernels alone, and compiled training steps, side by side.
 
 Kernels: at the MAPPO paper's mini-batch (76,800 rows), each shape's fused op and its two separate ops in turn,
@@ -38,9 +38,9 @@ SWITCH = "HYPERMAPPO_LINEAR_ACT_NORM"
 def kernels(rounds: int, repeat: int) -> list[dict]:
     import torch
 
-    import hypermappo.onednn_gemm  # noqa: F401  (registers hypermappo::onednn_linear)
-    from hypermappo import linear_act_norm as lan
-    from hypermappo.models import act_norm
+    import hypermappo.compile.onednn_gemm  # noqa: F401  (registers hypermappo::onednn_linear)
+    from hypermappo.compile import linear_act_norm as lan
+    from hypermappo.kernels import act_norm
 
     relu, eps = act_norm.ACTS["relu"], 1e-5
     g = torch.Generator().manual_seed(0)
@@ -80,7 +80,7 @@ def kernels(rounds: int, repeat: int) -> list[dict]:
 
 
 def steps(variant: str, rounds: int, threads: int) -> dict:
-    from hypermappo import compiled, linear_act_norm
+    from hypermappo.compile import configure, linear_act_norm
 
     c = case(variant, ENV, E, threads, [*VARIANTS[variant], "ppo.compile=on"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,12 +92,12 @@ def steps(variant: str, rounds: int, threads: int) -> dict:
         calls = {}
         for arm in ("fused", "separate"):  # each compiles its graphs under its own setting of the pass
             os.environ[SWITCH] = "1" if arm == "fused" else "0"
-            compiled.configure()
+            configure()
             before = dict(linear_act_norm.calls)
             step(arm)
             calls[arm] = {k: linear_act_norm.calls[k] - before.get(k, 0) for k in ("forward", "backward")}
         os.environ[SWITCH] = "1"
-        compiled.configure()
+        configure()
         assert calls["fused"]["backward"] > 0 and not any(calls["separate"].values()), calls
         step("fused"), step("separate")
         times = {"fused": [], "separate": []}

@@ -1,4 +1,4 @@
-"""The observation-context hypernetwork as one C kernel (models/obs_context.c) against the PyTorch modules it stands in
+"""The observation-context hypernetwork as one C kernel (kernels/obs_context.c) against the PyTorch modules it stands in
 for (HYPERMAPPO_OBS_CONTEXT_KERNEL=0), side by side in one process.
 
   kernel  the context chain alone (encoder, attention, LayerNorm, MLP) at the paper setting's mini-batch (25,600
@@ -42,7 +42,7 @@ def kernel_rounds(rounds: int) -> dict:
 
     from hypermappo.config import build_config
     from hypermappo.envs.vec import EnvSpec
-    from hypermappo.models import obs_context
+    from hypermappo.kernels import obs_context
     from hypermappo.models.actor import build_actor
 
     spec = EnvSpec(num_agents=AGENTS, obs_dim=OBS, state_dim=AGENTS * OBS,

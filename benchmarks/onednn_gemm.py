@@ -1,4 +1,4 @@
-"""The compiled path's oneDNN products (src/hypermappo/onednn_gemm.py) against MKL, measured two ways.
+"""The compiled path's oneDNN products (src/hypermappo/compile/onednn_gemm.py) against MKL, measured two ways.
 
   products  the MAPPO paper setting's matrix products (76,800 agent samples; actor 14-64-64-9, critic 45-64-64-1),
             each as its forward, input-gradient and weight-gradient product, MKL (torch.addmm / mm) vs the oneDNN
@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from throughput import VARIANTS, case, machine, switch_pairs  # noqa: E402
 
-from hypermappo import onednn_gemm  # noqa: E402
+from hypermappo.compile import onednn_gemm  # noqa: E402
 
 RESULTS = HERE / "results"
 ROWS = 1024 * 25 * 3

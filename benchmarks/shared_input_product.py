@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from hypermappo import onednn_gemm
+    from hypermappo.compile import onednn_gemm
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

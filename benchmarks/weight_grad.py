@@ -1,4 +1,4 @@
-"""The compiled graphs' weight-gradient kernel (src/hypermappo/weight_grad.py) against MKL's product (what the graphs
+"""The compiled graphs' weight-gradient kernel (src/hypermappo/compile/weight_grad.py) against MKL's product (what the graphs
 call without it), at the shapes the library meets, and MAPPO's / Hyper-MAPPO's compiled update with and without it.
 
   kernel  a [K, m]^T b [K, n] for the weight gradients of the MAPPO paper network (64 x 64, 45 x 64, 14 x 64,
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from hypermappo import weight_grad
+    from hypermappo.compile import weight_grad
 
     if not weight_grad.enabled():
         print(f"weight_grad kernel: {weight_grad.status()}")

@@ -186,7 +186,7 @@ MUTATIONS += [
     M("attention_dense_mask_dropped", ATTN, "scores = scores.masked_fill(hidden_key, float(\"-inf\"))\n"
       "        weights = scores.softmax(2)", "pass\n        weights = scores.softmax(2)",
       ("tests/test_hyper.py::test_agent_attention_never_attends_to_dead_agents",), "defect 4: dense path attends to dead"),
-    M("attention_fused_mask_dropped", "src/hypermappo/models/agent_attention.c",
+    M("attention_fused_mask_dropped", "src/hypermappo/kernels/agent_attention.c",
       "s[j][h] = (!live || live[j]) ? dot * scale : -INFINITY;", "s[j][h] = dot * scale;",
       ("tests/test_hyper.py::test_agent_attention_never_attends_to_dead_agents",), "defect 4: C kernel attends to dead"),
     M("actor_not_given_active", "src/hypermappo/policies/groups.py",
@@ -202,7 +202,7 @@ MUTATIONS += [
       (FAULTS,), "defect 6: corrupt checkpoint loaded"),
     M("signal_not_handled", EXP, "            signal.signal(signum, self._on_signal)\n", "",
       (FAULTS,), "defect 7: Ctrl-C loses the work since the last checkpoint"),
-    M("run_dir_not_locked", "src/hypermappo/run_lock.py", "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+    M("run_dir_not_locked", "src/hypermappo/runtime/run_lock.py", "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
       "pass", ("tests/test_run_ownership.py::test_second_train_or_resume_of_a_run_dir_in_use_is_a_one_line_error",),
       "defect 8: two processes train one run dir"),
     M("sweep_workers_outlive_parent", "src/hypermappo/sweep.py", "    die_with_parent()\n", "    pass\n",

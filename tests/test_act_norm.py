@@ -1,4 +1,4 @@
-"""The LayerNorm(act(z)) kernel of the hidden blocks (models/act_norm.py): its maths against the PyTorch
+"""The LayerNorm(act(z)) kernel of the hidden blocks (kernels/act_norm.py): its maths against the PyTorch
 composition, where it is used, and that nothing differentiates it except through its own formula."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.errors import UserError
-from hypermappo.models import act_norm
+from hypermappo.kernels import act_norm
 from hypermappo.models.agent_layers import AgentMLP
 
 pytestmark = pytest.mark.skipif(act_norm.unavailable() is not None, reason=f"kernel: {act_norm.unavailable()}")

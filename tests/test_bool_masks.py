@@ -8,8 +8,7 @@ import pytest
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from hypermappo import bool_masks
-from hypermappo.compiled import configure, cxx_compiler
+from hypermappo.compile import bool_masks, configure, cxx_compiler
 
 pytestmark = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
 

@@ -13,14 +13,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypermappo import bias_epilogue, bool_masks, collect_step, linear_act_norm, onednn_gemm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.cli import main
-from hypermappo.compiled import AUTO_MIN_ENV_STEPS, cxx_compiler, decide
+from hypermappo.compile import (
+    AUTO_MIN_ENV_STEPS,
+    bias_epilogue,
+    bool_masks,
+    collect_step,
+    cxx_compiler,
+    decide,
+    linear_act_norm,
+    onednn_gemm,
+    weight_grad,
+)
 from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.experiment import Experiment
-from hypermappo.models import act_norm
+from hypermappo.kernels import act_norm
 from hypermappo.storage.rollout import shuffled_minibatches
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
@@ -37,7 +46,7 @@ ACTORS = {  # the default actors of the compiled path
 EQUAL_TOO = {
     # learning rates enter the compiled mini-batch step as a tensor: a decaying one must not be baked into the graph
     "mlp-lr-decay": ["actor=mlp", "ppo.lr_decay=true"],
-    # the compiled path decomposes tanh into exp (compiled.py): same values to float rounding
+    # the compiled path decomposes tanh into exp (compile/decision.py): same values to float rounding
     "mlp-tanh": ["actor=mlp", "model.activation=tanh"],
     # JaxMARL's IPPO network (Tanh, no LayerNorm): every hidden product's bias added in its Tanh's kernel
     # (bias_epilogue.py)
@@ -49,7 +58,7 @@ EQUAL_TOO = {
     "hyper-obs-micro": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"],
     # mini-batches of 14, 13 and 13 rows: the update's guard skipping must not run one shape's graph on another
     "mlp-uneven-mini-batches": ["actor=mlp", "ppo.num_mini_batch=3"],
-    # the hidden blocks' LayerNorm(act) C kernel (models/act_norm.py) inside the compiled graphs, against the eager
+    # the hidden blocks' LayerNorm(act) C kernel (kernels/act_norm.py) inside the compiled graphs, against the eager
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one)
     "mlp-act-norm": ["actor=mlp"],
     "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
@@ -202,7 +211,7 @@ def test_simple_spread_step_core_traces_as_one_graph():
 @needs_cxx
 def test_compiled_simple_spread_steps_as_the_eager_env():
     """60 steps (two auto-resets) of random actions: the same observations, rewards, ends and returns."""
-    from hypermappo.compiled import compile_fn, configure
+    from hypermappo.compile import compile_fn, configure
     from hypermappo.envs.registry import make_env
 
     configure()
@@ -565,7 +574,7 @@ def test_graphs_are_cached_in_the_library_directory_unless_the_user_chose_one(tm
     import subprocess
     import sys
 
-    code = ("import os, hypermappo.weight_grad, hypermappo.linear_act_norm, hypermappo.experiment; "
+    code = ("import os, hypermappo.compile.weight_grad, hypermappo.compile.linear_act_norm, hypermappo.experiment; "
             "from torch._inductor.runtime.cache_dir_utils import cache_dir; "
             "print(os.environ['TORCHINDUCTOR_CACHE_DIR']); print(cache_dir())")
     env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"} | {"HOME": str(tmp_path)}

@@ -16,7 +16,7 @@ from hypermappo.config import build_config
 from hypermappo.diagnostics import DeadComponentError, js_distance, system_neural_diversity
 from hypermappo.envs.vec import EnvSpec
 from hypermappo.experiment import Experiment
-from hypermappo.models import obs_context as obs_context_kernel
+from hypermappo.kernels import obs_context as obs_context_kernel
 from hypermappo.models.actor import build_actor
 from hypermappo.models.agent_attention import AgentAttention, dense_attention
 from hypermappo.models.distributions import make_dist
@@ -128,7 +128,7 @@ def test_audit_stops_a_run_whose_hypernetwork_input_is_detached(tmp_path, monkey
 
 @pytest.mark.skipif(isinstance(obs_context_kernel.library(3, 18, 16, 4, 16, 2), str), reason="no C kernel")
 def test_audit_stops_a_run_whose_fused_context_kernel_drops_the_encoder_gradient(tmp_path, monkeypatch):
-    """The fused observation-context kernel (models/obs_context.py) with a bug that loses the encoder's weight
+    """The fused observation-context kernel (kernels/obs_context.py) with a bug that loses the encoder's weight
     gradient: the live-component audit names the encoder."""
     original = obs_context_kernel._ObsContext.backward
 

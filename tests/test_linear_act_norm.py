@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from hypermappo import linear_act_norm as lan
-from hypermappo.models import act_norm
+from hypermappo.compile import linear_act_norm as lan
+from hypermappo.kernels import act_norm
 
 pytestmark = pytest.mark.skipif(isinstance(lan.library(), str) or act_norm.unavailable() is not None,
                                 reason="no C compiler for the kernels")
@@ -78,7 +78,7 @@ def test_outputs_not_on_a_cache_line_are_written_with_plain_stores():
     view) must take plain stores and get the same values (a streaming store there faults)."""
     import ctypes
 
-    from hypermappo.models import c_kernel
+    from hypermappo.kernels import c_kernel
 
     lib, p, long = lan._lib(), c_kernel.ptr, ctypes.c_long
     gamma, beta = affine()

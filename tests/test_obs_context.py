@@ -1,4 +1,4 @@
-"""The observation-context kernel (models/obs_context.py): the same hypernetwork code and parameter gradients as the
+"""The observation-context kernel (kernels/obs_context.py): the same hypernetwork code and parameter gradients as the
 modules it stands in for (ContextEncoder with attention + the hypernetwork MLP), dead agents masked as they mask
 them, and taken exactly where it applies."""
 
@@ -8,7 +8,7 @@ import torch
 
 from hypermappo.config import build_config
 from hypermappo.envs.vec import EnvSpec
-from hypermappo.models import obs_context as kernel
+from hypermappo.kernels import obs_context as kernel
 from hypermappo.models.actor import build_actor
 
 CAN_BUILD = kernel.library(3, 18, 16, 4, 16, 2)
@@ -163,7 +163,7 @@ def test_a_changed_local_header_rebuilds_the_kernel(tmp_path, monkeypatch):
     changed header must not load the stale build."""
     import shutil
 
-    from hypermappo.models import c_kernel
+    from hypermappo.kernels import c_kernel
 
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler")

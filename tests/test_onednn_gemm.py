@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypermappo import onednn_gemm
-from hypermappo.compiled import configure, cxx_compiler
+from hypermappo.compile import configure, cxx_compiler, onednn_gemm
 
 pytestmark = [pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend"),
               pytest.mark.skipif(not onednn_gemm.enabled(), reason="this torch has no oneDNN")]

@@ -123,7 +123,7 @@ def test_sigkilled_sweep_leaves_no_worker_and_its_rerun_resumes_every_run(tmp_pa
 
 
 def test_sweep_rerun_refuses_a_run_dir_another_process_is_training(tmp_path, capsys):
-    from hypermappo.run_lock import RunDirLock
+    from hypermappo.runtime.run_lock import RunDirLock
 
     out = tmp_path / "sweep"
     (out / "seed=0").mkdir(parents=True)

@@ -8,8 +8,7 @@ import os
 import pytest
 import torch
 
-from hypermappo import weight_grad
-from hypermappo.compiled import configure, cxx_compiler
+from hypermappo.compile import configure, cxx_compiler, weight_grad
 from hypermappo.errors import UserError
 
 pytestmark = pytest.mark.skipif(not weight_grad.enabled(), reason=f"kernel: {weight_grad.status()}")

@@ -2,7 +2,7 @@
 
 import os as _os
 
-from hypermappo.compiled import DEFAULT_CACHE as _DEFAULT_CACHE
+from hypermappo.compile import DEFAULT_CACHE as _DEFAULT_CACHE
 
 # Inductor writes its cache directory into this variable the first time anything imports torch._inductor (its
 # default is under /tmp); set ours before any module here can do that. A directory the user chose wins.

@@ -43,20 +43,19 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hypermappo import collect_step, linear_act_norm, weight_grad
 from hypermappo import config as config_mod
 from hypermappo.algos.death import bootstrap_mask, transition_targets
-from hypermappo.compiled import compile_fn
+from hypermappo.compile import collect_step, compile_fn, linear_act_norm, weight_grad
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
+from hypermappo.kernels import act_norm
 from hypermappo.logging import RunLogger
-from hypermappo.models import act_norm
 from hypermappo.policies.groups import build_groups, evaluate_groups
-from hypermappo.run_lock import LOCK_FILE, RunDirLock
-from hypermappo.run_lock import holder as run_holder
+from hypermappo.runtime.run_lock import LOCK_FILE, RunDirLock
+from hypermappo.runtime.run_lock import holder as run_holder
 
 CHECKPOINTS_KEPT = 2
 # what `_load_checkpoint` reads: a checkpoint without one of these is not one of ours
@@ -270,7 +269,7 @@ class Experiment:
             config_mod.save_yaml(cfg, self.run_dir / "config.yaml")
             self._warm_start()
         self.summary_extra.update(self.actor.describe())  # this machine's, also on resume
-        # ppo.compile (compiled.py): one line per distinct decision, for the run header and summary.json
+        # ppo.compile (compile/decision.py): one line per distinct decision, for the run header and summary.json
         self.compile_notes = list(dict.fromkeys(g.learner.compile_note for g in self.groups if g.learner))
         self.compiled = any(g.learner.compiled for g in self.groups if g.learner)
         if self.compiled:  # a batched torch env's branch-free step core as a graph too (a no-op for others)
@@ -281,7 +280,7 @@ class Experiment:
         if self.collect_note:
             self.summary_extra["collect"] = self.collect_note
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
-        self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (models/act_norm.py)
+        self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (kernels/act_norm.py)
         if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)
             self.summary_extra["weight_grad"] = weight_grad.status()
             self.summary_extra["linear_act_norm"] = linear_act_norm.status()

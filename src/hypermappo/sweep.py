@@ -39,8 +39,8 @@ import yaml
 
 from hypermappo import config as config_mod
 from hypermappo.errors import UserError
-from hypermappo.parent_death import die_with_parent
-from hypermappo.run_lock import holder
+from hypermappo.runtime.parent_death import die_with_parent
+from hypermappo.runtime.run_lock import holder
 
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _OPEN, _CLOSE = "[{(", "]})"

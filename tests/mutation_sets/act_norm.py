@@ -1,8 +1,8 @@
-"""The hidden blocks' LayerNorm(act(z)) C kernel (models/act_norm.c), its ops and autograd formula (act_norm.py) and
+"""The hidden blocks' LayerNorm(act(z)) C kernel (kernels/act_norm.c), its ops and autograd formula (act_norm.py) and
 where AgentMLP takes it (agent_layers.py)."""
 
-C = "src/hypermappo/models/act_norm.c"
-PY = "src/hypermappo/models/act_norm.py"
+C = "src/hypermappo/kernels/act_norm.c"
+PY = "src/hypermappo/kernels/act_norm.py"
 LAYERS = "src/hypermappo/models/agent_layers.py"
 HYPER = "src/hypermappo/models/hyper.py"
 T = "tests/test_act_norm.py"
@@ -48,7 +48,7 @@ def mutations(M):
           "        ctx.act = 0\n",
           (MATHS,),
           "the backward always takes ReLU's derivative"),
-        M("kernel_op_autograd_fallthrough", "src/hypermappo/models/c_kernel.py",
+        M("kernel_op_autograd_fallthrough", "src/hypermappo/kernels/c_kernel.py",
           '_OPS.impl(name, _refuse_autograd(op), "Autograd", with_keyset=True)',
           '_OPS.impl(name, torch.library.fallthrough_kernel, "Autograd")',
           (f"{T}::test_the_op_refuses_to_be_differentiated_directly",

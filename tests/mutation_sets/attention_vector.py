@@ -1,9 +1,9 @@
-"""The attention kernel's float32 vector path at width 16 (models/agent_attention.c and the per-query helpers it
-shares with obs_context.c in models/vec16.h: heads as groups of lanes, a vector exp, the weights gathered and
+"""The attention kernel's float32 vector path at width 16 (kernels/agent_attention.c and the per-query helpers it
+shares with obs_context.c in kernels/vec16.h: heads as groups of lanes, a vector exp, the weights gathered and
 stored per query)."""
 
-C = "src/hypermappo/models/agent_attention.c"
-H = "src/hypermappo/models/vec16.h"  # the vector helpers, shared with obs_context.c
+C = "src/hypermappo/kernels/agent_attention.c"
+H = "src/hypermappo/kernels/vec16.h"  # the vector helpers, shared with obs_context.c
 VECTOR = "tests/test_hyper.py::test_fused_attention_float32_vector_path"
 OBS_CONTEXT = "tests/test_obs_context.py::test_kernel_float32_is_close_and_deterministic_per_thread_count"
 

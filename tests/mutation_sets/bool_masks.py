@@ -1,8 +1,8 @@
 """ppo.compile's mask pass (bool_masks.py)."""
 
 T = "tests/test_bool_masks.py::test_masks_are_recomputed_not_saved_as_bool_and_the_values_stay"
-MASKS = "src/hypermappo/bool_masks.py"
-COMPILED = "src/hypermappo/compiled.py"
+MASKS = "src/hypermappo/compile/bool_masks.py"
+COMPILED = "src/hypermappo/compile/decision.py"
 
 
 def mutations(M):

@@ -1,7 +1,7 @@
 """The compiled collection step (collect_step.py: policy forward, sampling, buffer writes and the env's step core as
 one graph), its place in Experiment.collect, and the env split it relies on (mpe_torch.py)."""
 
-CS = "src/hypermappo/collect_step.py"
+CS = "src/hypermappo/compile/collect_step.py"
 EXP = "src/hypermappo/experiment.py"
 MPE = "src/hypermappo/envs/mpe_torch.py"
 T = "tests/test_compiled.py"

@@ -1,7 +1,7 @@
-"""ppo.compile (compiled.py, the compiled policy step in policies/groups.py, MAPPO's compiled update)."""
+"""ppo.compile (compile/decision.py, the compiled policy step in policies/groups.py, MAPPO's compiled update)."""
 
 T = "tests/test_compiled.py"
-COMPILED = "src/hypermappo/compiled.py"
+COMPILED = "src/hypermappo/compile/decision.py"
 MAPPO = "src/hypermappo/algos/mappo.py"
 GROUPS = "src/hypermappo/policies/groups.py"
 EXPERIMENT = "src/hypermappo/experiment.py"

@@ -1,8 +1,8 @@
 """The 64-wide ReLU blocks' products fused with their LayerNorm (linear_act_norm.c / .py) and where the compiled
 graphs take them."""
 
-C = "src/hypermappo/linear_act_norm.c"
-PY = "src/hypermappo/linear_act_norm.py"
+C = "src/hypermappo/kernels/linear_act_norm.c"
+PY = "src/hypermappo/compile/linear_act_norm.py"
 T = "tests/test_linear_act_norm.py"
 FWD = f"{T}::test_forward_is_the_product_then_the_act_norm_kernel"
 BWD = f"{T}::test_backward_is_the_product_then_the_act_norm_backward_kernel"
@@ -68,7 +68,7 @@ def mutations(M):
           "            if node.target is act_norm.act_norm_op:",
           "            if False:",
           (f"{T}::test_pass_fuses_both_directions_and_computes_the_same",), "the forward rewrite wired to nothing"),
-        M("lan_pass_not_installed", "src/hypermappo/compiled.py",
+        M("lan_pass_not_installed", "src/hypermappo/compile/decision.py",
           "for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
           "for m in (onednn_gemm, weight_grad, bias_epilogue)",
           (IN_GRAPH,), "the pass built and tested but never given to Inductor"),

@@ -1,8 +1,8 @@
-"""The observation-context hypernetwork as one C kernel (models/obs_context.c / .py), its vector attention (vec16.h)
+"""The observation-context hypernetwork as one C kernel (kernels/obs_context.c / .py), its vector attention (vec16.h)
 and where the hypernetwork takes it."""
 
-C = "src/hypermappo/models/obs_context.c"
-PY = "src/hypermappo/models/obs_context.py"
+C = "src/hypermappo/kernels/obs_context.c"
+PY = "src/hypermappo/kernels/obs_context.py"
 HYPER = "src/hypermappo/models/hyper.py"
 T = "tests/test_obs_context.py"
 EQUAL = f"{T}::test_kernel_gives_the_modules_code_and_gradients"
@@ -56,7 +56,7 @@ def mutations(M):
           "    if scratch_bytes(*key) > _MAX_SCRATCH_BYTES:",
           "    if False:",
           (WHERE,), "sizes whose per-thread scratch overflows a thread's stack sent to the kernel (a crash)"),
-        M("oc_header_not_in_the_build_key", "src/hypermappo/models/c_kernel.py",
+        M("oc_header_not_in_the_build_key", "src/hypermappo/kernels/c_kernel.py",
           "            text += (source.parent / header.decode()).read_bytes()",
           "            pass",
           (f"{T}::test_a_changed_local_header_rebuilds_the_kernel",), "a changed vec16.h loads the stale build"),

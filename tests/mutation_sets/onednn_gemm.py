@@ -1,8 +1,8 @@
 """ppo.compile's oneDNN products (onednn_gemm.py)."""
 
 T = "tests/test_onednn_gemm.py"
-GEMM = "src/hypermappo/onednn_gemm.py"
-COMPILED = "src/hypermappo/compiled.py"
+GEMM = "src/hypermappo/compile/onednn_gemm.py"
+COMPILED = "src/hypermappo/compile/decision.py"
 
 
 def mutations(M):

@@ -9,7 +9,7 @@ NO_NORM = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-ta
 MAPPO = "src/hypermappo/algos/mappo.py"
 FUSED = "src/hypermappo/algos/fused_step.py"
 ROLLOUT = "src/hypermappo/storage/rollout.py"
-BIAS = "src/hypermappo/bias_epilogue.py"
+BIAS = "src/hypermappo/compile/bias_epilogue.py"
 
 
 def mutations(M):
@@ -54,7 +54,7 @@ def mutations(M):
           "    if True:",
           (NO_NORM,),
           "the pass rewrites nothing (the counted rewrites catch it; values alone would not)"),
-        M("bias_epilogue_not_configured", "src/hypermappo/compiled.py",
+        M("bias_epilogue_not_configured", "src/hypermappo/compile/decision.py",
           "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
           "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad)",
           (NO_NORM,),

@@ -1,8 +1,8 @@
 """The compiled graphs' weight-gradient C kernel (weight_grad.c) and the pass that sends products to it
 (weight_grad.py)."""
 
-C = "src/hypermappo/weight_grad.c"
-PY = "src/hypermappo/weight_grad.py"
+C = "src/hypermappo/kernels/weight_grad.c"
+PY = "src/hypermappo/compile/weight_grad.py"
 T = "tests/test_weight_grad.py"
 MATHS = f"{T}::test_kernel_is_the_product_to_float_rounding_and_repeatable"
 PASS = f"{T}::test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay"
@@ -73,7 +73,7 @@ def mutations(M):
           "if rows < MIN_ROWS or m > MAX_WIDTH or n > MAX_WIDTH:",
           (PASS,),
           "products whose wider side is one vector (where MKL was faster) sent to the kernel"),
-        M("weight_grad_not_configured", "src/hypermappo/compiled.py",
+        M("weight_grad_not_configured", "src/hypermappo/compile/decision.py",
           "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
           "[m.PASS for m in (linear_act_norm, onednn_gemm, bias_epilogue)",
           (f"{T}::test_switch_and_status", COMPILED),

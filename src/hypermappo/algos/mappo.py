@@ -67,7 +67,7 @@ class MAPPO:
         self.micro_size = 0 if micro_batch.blocker(cfg) else p.micro_batch_size
         # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
         self.after_backward = None
-        # ppo.compile (compiled.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
+        # ppo.compile (compile/decision.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
         # (loss forward + backward, clipping, Adam; a float learning rate is a constant of that Adam graph, so with
         # ppo.lr_decay it stays eager). Same maths either way.
         self.compiled = compiled
@@ -75,7 +75,7 @@ class MAPPO:
         self.fused = None  # the whole mini-batch step as one graph (algos/fused_step.py), where shapes are static
         if compiled:
             from hypermappo.algos.fused_step import FusedMinibatchStep
-            from hypermappo.compiled import compile_fn
+            from hypermappo.compile import compile_fn
 
             # mini-batches of drawn agents vary in size: there the step stays three graphs (loss forward + backward,
             # clipping, Adam)

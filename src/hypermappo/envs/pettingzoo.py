@@ -58,7 +58,7 @@ import torch
 
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
 from hypermappo.errors import UserError
-from hypermappo.parent_death import die_with_parent
+from hypermappo.runtime.parent_death import die_with_parent
 
 VECTORIZERS = ("inprocess", "subprocess")
 _EPISODE_LIMIT_ATTRIBUTES = ("max_cycles", "max_steps", "_max_episode_steps", "max_episode_steps", "episode_limit")

@@ -34,11 +34,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hypermappo.compiled import switch
+from hypermappo.compile import switch
 from hypermappo.errors import UserError
-from hypermappo.models import c_kernel
+from hypermappo.kernels import c_kernel
 
-_SOURCE = Path(__file__).with_suffix(".c")
+_SOURCE = Path(__file__).parent.parent / "kernels" / "agent_attention.c"
 _MAX_STACK_BYTES = 1 << 16  # per-sample scratch lives on the stack: larger agent counts use the dense path
 # (agents, width, heads, vector path) -> library or why not
 _LIBRARIES: dict[tuple[int, int, int, bool], ctypes.CDLL | str] = {}

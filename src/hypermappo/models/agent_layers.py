@@ -11,8 +11,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hypermappo.compiled import switch
-from hypermappo.models import act_norm
+from hypermappo.compile import switch
+from hypermappo.kernels import act_norm
 
 
 class AgentLinear(nn.Module):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from hypermappo.config import resolve_hyper_defaults
 from hypermappo.errors import UserError
-from hypermappo.models import obs_context as obs_context_kernel
+from hypermappo.kernels import obs_context as obs_context_kernel
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear, fold_norm
@@ -273,7 +273,7 @@ class HyperNetwork(nn.Module):
         self.context_kernel = self._context_kernel(spec, h)
 
     def _context_kernel(self, spec, h) -> str:
-        """'fused' when the context encoder and MLP run as one C kernel (models/obs_context.py), else why not."""
+        """'fused' when the context encoder and MLP run as one C kernel (kernels/obs_context.py), else why not."""
         c = self.context
         if c.parts != ["obs"] or c.belief_dim or c.aggregation != "attention" or not len(self.mlp):
             return "modules (not an observation-only context with attention and an MLP)"

@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 
 from hypermappo.algos import micro_batch
-from hypermappo.compiled import compile_fn
-from hypermappo.compiled import decide as decide_compile
+from hypermappo.compile import compile_fn
+from hypermappo.compile import decide as decide_compile
 from hypermappo.errors import UserError
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
@@ -351,7 +351,7 @@ class Learner:
             return
         self.critic = build_critic(spec, cfg).to(device)
         self.death = resolve_death(cfg.ppo.death, spec)  # episode | agent (algos/death.py)
-        # ppo.compile (compiled.py): the policy step below and the PPO update as graphs, where they can be
+        # ppo.compile (compile/decision.py): the policy step below and the PPO update as graphs, where they can be
         self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))
         self.policy_step = compile_fn(self.policy_forward) if self.compiled else self.policy_forward
         self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from hypermappo.compiled import pass_key, switch
-from hypermappo.rewrite_pass import RewritePass
+from hypermappo.compile import pass_key, switch
+from hypermappo.compile.rewrite_pass import RewritePass
 
 MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
 aten = torch.ops.aten

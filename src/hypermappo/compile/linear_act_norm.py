@@ -1,7 +1,7 @@
 """ppo.compile on the CPU: a 64-wide hidden block's product and its LayerNorm(ReLU(.)) as one kernel (`linear_act_norm.c`).
 
 Why: at the MAPPO paper's setting (76,800 agent samples per mini-batch) the hidden blocks' products and the
-LayerNorm(act) kernel (models/act_norm.py) each stream the block's 19.7 MB activation through memory: forward, the
+LayerNorm(act) kernel (kernels/act_norm.py) each stream the block's 19.7 MB activation through memory: forward, the
 product writes z and the LayerNorm reads it back; backward, the next layer's input-gradient product writes the
 block's output gradient and the LayerNorm backward reads it back. Here a thread computes a run of rows' products
 in registers and applies the LayerNorm (or its backward) to them before they leave, so z is written once and never
@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from hypermappo.compiled import pass_key, switch
-from hypermappo.models import act_norm, c_kernel
+from hypermappo.compile import pass_key, switch
+from hypermappo.kernels import act_norm, c_kernel
 
-_SOURCE = Path(__file__).with_suffix(".c")
+_SOURCE = Path(__file__).parent.parent / "kernels" / "linear_act_norm.c"
 WIDTH = 64  # the kernel's block width (4 AVX-512 vectors)
 RELU = act_norm.ACTS["relu"]
 aten = torch.ops.aten

@@ -17,7 +17,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.utils.checkpoint import CheckpointPolicy
 
-from hypermappo.compiled import pass_key, switch
+from hypermappo.compile import pass_key, switch
 
 MIN_ELEMENTS = 4096  # smaller masks cost nothing worth a recompute
 aten = torch.ops.aten

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.compiled import switch
-from hypermappo.models import c_kernel
+from hypermappo.compile import switch
+from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
 _LIBRARIES: dict[tuple[int, ...], ctypes.CDLL | str] = {}

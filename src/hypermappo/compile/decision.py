@@ -92,7 +92,7 @@ def configure() -> None:
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
-    from hypermappo import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
+    from hypermappo.compile import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
 
     # every Experiment in a process (tests, in-process sweeps) recompiles the same functions for its own modules;
     # past the limit Dynamo would silently run them eager, so the limit is raised and hitting it is an error

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.models import c_kernel
+from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
 MIN_ROWS = 16_384  # benchmarks/act_norm.py: from about here on the kernel beats the composition, dispatch included
@@ -122,7 +122,7 @@ class _ActNorm(torch.autograd.Function):
 def unavailable() -> str | None:
     """Why the kernel is not used in this process (switched off, or it cannot be built); None = it is. Asked when a
     model is built, so compiled forwards read a plain attribute."""
-    from hypermappo.compiled import switch
+    from hypermappo.compile import switch
 
     if not switch("HYPERMAPPO_ACT_NORM"):
         return "HYPERMAPPO_ACT_NORM=0"

@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch._inductor.utils import is_pointwise_use
 
-from hypermappo.compiled import pass_key, switch
-from hypermappo.rewrite_pass import RewritePass
+from hypermappo.compile import pass_key, switch
+from hypermappo.compile.rewrite_pass import RewritePass
 
 aten = torch.ops.aten
 

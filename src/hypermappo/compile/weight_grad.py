@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.compiled import pass_key, switch
-from hypermappo.models import c_kernel
-from hypermappo.rewrite_pass import RewritePass
+from hypermappo.compile import pass_key, switch
+from hypermappo.compile.rewrite_pass import RewritePass
+from hypermappo.kernels import c_kernel
 
-_SOURCE = Path(__file__).with_suffix(".c")
+_SOURCE = Path(__file__).parent.parent / "kernels" / "weight_grad.c"
 MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/weight_grad.py)
 MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffer)
 # the wider side at least this: with one vector of 16 columns (16 x 16, 18 x 17) the kernel lost to MKL up to 9,600

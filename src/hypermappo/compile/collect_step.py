@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from hypermappo.algos.death import transition_targets
-from hypermappo.compiled import switch
+from hypermappo.compile import switch
 from hypermappo.envs.vec import EnvStep
 
 # the buffer rows a step writes from the graph's inputs and the policy's outputs (the rest: after the env step)
