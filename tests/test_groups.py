@@ -16,6 +16,7 @@ import torch
 from test_resume import TIMING_COLUMNS, assert_same
 
 from hypermappo import config as config_mod
+from hypermappo import run_config
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
 
@@ -113,7 +114,7 @@ def test_groups_from_the_command_line_and_a_preset_style_mapping():
 ])
 def test_group_config_mistakes_are_one_line_errors(groups, expected):
     with pytest.raises(UserError) as e:
-        config_mod.build_config("staghunt/default", [*TINY, f"groups={groups}"])
+        run_config.build_config("staghunt/default", [*TINY, f"groups={groups}"])
     assert expected in str(e.value) and "\n" not in str(e.value), str(e.value)
 
 

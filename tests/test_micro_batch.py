@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 
+from hypermappo import run_config
 from hypermappo.algos import micro_batch
 from hypermappo.config import build_config
 from hypermappo.errors import UserError
@@ -104,11 +105,16 @@ def test_blocked_configs_say_why_and_refuse_an_explicit_size():
     assert micro_batch.blocker(cfg).startswith("hyper.alpha > 0 with a per-sample context")
     cfg.ppo.micro_batch_size = 16  # as a policy group's own config could carry it
     assert micro_batch.describe(cfg, 512, 2).startswith("micro-batches: off (hyper.alpha > 0")
+    # what train / config / sweep build (run_config) refuses a size micro-batches cannot honour
     with pytest.raises(UserError, match=r"ppo.micro_batch_size=4096 has no effect: micro-batches are off here: "
                                         r"hyper.alpha > 0"):
-        build_config("staghunt/default", [*base, "ppo.micro_batch_size=4096"])
+        run_config.build_config("staghunt/default", [*base, "ppo.micro_batch_size=4096"])
     with pytest.raises(UserError, match="ppo.micro_batch_size=1024 has no effect: .*recurrent"):
-        build_config("staghunt/default", ["actor=rnn", "ppo.micro_batch_size=1024"])
+        run_config.build_config("staghunt/default", ["actor=rnn", "ppo.micro_batch_size=1024"])
+    # ... and so does a learner group's own config
+    with pytest.raises(UserError, match=r"groups\[0\] \(a\): ppo.micro_batch_size=1024 has no effect: .*recurrent"):
+        run_config.build_config("staghunt/default", ["groups=[{name: a, agents: ['*'], actor: rnn, "
+                                                     "ppo: {micro_batch_size: 1024}}]"])
     # a static (agent-id) context's smoothness target term is one constant mean: blocks add up to it
     assert micro_batch.blocker(build_config("staghunt/default", ["actor=hyper", "hyper.context=[agent_id]",
                                                                  "hyper.alpha=0.1", "hyper.target=hard"])) is None

@@ -162,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cmd_train(args) -> int:
-    from hypermappo.config import build_config
     from hypermappo.experiment import Experiment
+    from hypermappo.run_config import build_config
 
     cfg = build_config(args.preset, args.overrides, allow_unused=args.allow_unused_keys)
     exp = Experiment(cfg, quiet=args.quiet)
@@ -254,7 +254,8 @@ def cmd_config(args) -> int:
 
     import yaml
 
-    from hypermappo.config import Config, build_config, to_dict
+    from hypermappo.config import Config, to_dict
+    from hypermappo.run_config import build_config
 
     if args.keys:
         def walk(obj, prefix=""):

@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from hypermappo.errors import UserError
-from hypermappo.models.actor import ACTORS
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 _TRUE = {"true", "yes", "1", "on"}
@@ -247,7 +246,8 @@ class Config:
                                       "vmas:navigation, staghunt, matrix:climbing, smax:3m")
     env_kwargs: dict = opt({}, "keyword arguments for the environment")
     algo: str = opt("mappo", "algorithm", choices=["mappo", "ippo", "maddpg"])
-    actor: str = opt("mlp", "actor architecture", choices=list(ACTORS))
+    # the names of models/actor.py's ACTORS (tests/test_layers.py checks they agree; config imports no model)
+    actor: str = opt("mlp", "actor architecture", choices=["mlp", "rnn", "hyper"])
     seed: int = opt(0, "seed of every random source in the run", min=0)
     run_dir: str = opt("", "run directory; empty = runs/<env>_<algo>_<actor>_s<seed>_<time>")
     total_env_steps: int = opt(100_000, "environment steps to train for (summed over envs)", min=1)
@@ -595,7 +595,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
     for name in ("grad_cos_samples", "snd_pool"):
         check(f"diagnostics.{name}", cfg.diagnostics.every > 0, "diagnostics are off (diagnostics.every=0)")
     # run-level algorithm keys are read when the run or any policy group (`algo:` in its entry) uses that algorithm
-    algos = {cfg.algo} | {g.get("algo", cfg.algo) for g in cfg.groups if isinstance(g, dict)}
+    algos = algos_used(cfg)
     maddpg, ppo = "maddpg" in algos, bool(algos - {"maddpg"})
     for f in dataclasses.fields(MADDPGConfig):
         check(f"maddpg.{f.name}", maddpg, f"it is read only by algo=maddpg, got algo={cfg.algo!r}")
@@ -606,12 +606,14 @@ def unused_keys(cfg: Config) -> dict[str, str]:
             check(f"diagnostics.{name}", ppo, "the diagnostics and the live-component audit are MAPPO / IPPO "
                                               "only, got algo='maddpg'")
     check("hyper.beta", ppo, "the KL alignment term is a PPO loss term, got algo='maddpg'")
-    if ppo and cfg.ppo.micro_batch_size:
-        from hypermappo.algos.micro_batch import blocker
-
-        reason = blocker(cfg)
-        check("ppo.micro_batch_size", reason is None, f"micro-batches are off here: {reason}; use 0")
+    # keys whose use depends on an algorithm's own rules (ppo.micro_batch_size) are checked by that algorithm's
+    # module: run_config.unused_keys adds them
     return out
+
+
+def algos_used(cfg: Config) -> set[str]:
+    """The algorithms of the run and of its policy groups (`algo:` in a group's entry)."""
+    return {cfg.algo} | {g.get("algo", cfg.algo) for g in cfg.groups if isinstance(g, dict)}
 
 
 PER_SAMPLE_CONTEXTS = ("obs", "history", "coplayer")
@@ -636,10 +638,7 @@ def validate(cfg: Config) -> None:
     """Checks that involve more than one key."""
     if cfg.actor == "hyper":
         resolve_hyper_defaults(cfg.hyper)
-    if cfg.groups:
-        from hypermappo.policies.groups import check_group_specs  # the groups module owns their rules
-
-        check_group_specs(cfg)
+    # policy groups' rules live with them (policies/groups.py: check_group_specs), run by run_config.check
     if cfg.algo == "ippo" and cfg.critic.input not in ("auto", "obs"):
         raise UserError(f"critic.input: ippo uses a decentralised critic, so it must be auto or obs, "
                         f"got {cfg.critic.input!r} (use algo=mappo for a centralised critic)")

@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from hypermappo import config as config_mod
+from hypermappo import run_config
 from hypermappo.errors import UserError
 from hypermappo.runtime.parent_death import die_with_parent
 from hypermappo.runtime.run_lock import holder
@@ -135,7 +136,7 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
     keys = [k for k, _ in axes]
     threads = []
     user_set_threads = "torch_threads" in {a.split("=", 1)[0].strip() for a in args}
-    if not user_set_threads and config_mod.build_config(preset, fixed, allow_unused=True).torch_threads == 0:
+    if not user_set_threads and run_config.build_config(preset, fixed, allow_unused=True).torch_threads == 0:
         threads = [f"torch_threads={max(1, _cpu_count() // max(1, workers))}"]  # no oversubscription
     runs, names, unused = [], {}, None
     for point in itertools.product(*(values for _, values in axes)):
@@ -146,7 +147,7 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
         names[name] = varied
         run_dir = out / name
         overrides = fixed + varied + threads + [f"run_dir={run_dir}"]
-        found = config_mod.unused_keys(config_mod.build_config(preset, overrides, allow_unused=True))
+        found = run_config.unused_keys(run_config.build_config(preset, overrides, allow_unused=True))
         unused = found if unused is None else {k: m for k, m in unused.items() if k in found}
         runs.append(SweepRun(name, overrides, run_dir, out / "logs" / f"{name}.log", bool(found)))
     for message in (unused or {}).values():  # a key some runs read (actor=mlp,hyper hyper.lr=...) is fine
@@ -176,7 +177,7 @@ def run_status(preset: str, run: SweepRun) -> str:
         if {p.name for p in d.iterdir()} <= _RUN_FILES:
             return "restart"
         raise UserError(f"{d} exists and is not a hypermappo run; move it away or choose another --out")
-    want = _comparable(config_mod.to_dict(config_mod.build_config(preset, run.overrides, allow_unused=True)))
+    want = _comparable(config_mod.to_dict(run_config.build_config(preset, run.overrides, allow_unused=True)))
     have = _comparable(yaml.safe_load((d / "config.yaml").read_text()) or {})
     if want != have:
         diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
@@ -352,7 +353,7 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(json.dumps({"preset": preset, "args": args,
                                                 "runs": {r.name: r.overrides for r in runs}}, indent=2))
-    threads = config_mod.build_config(preset, runs[0].overrides, allow_unused=True).torch_threads or 1
+    threads = run_config.build_config(preset, runs[0].overrides, allow_unused=True).torch_threads or 1
     if use_ray or ray_address:
         failed = run_ray(preset, todo, ray_address, workers, threads)
     else:

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from hypermappo.config import PER_SAMPLE_CONTEXTS, _recurrent
+from hypermappo.config import PER_SAMPLE_CONTEXTS, _recurrent, algos_used
 
 
 def blocker(cfg) -> str | None:
@@ -31,6 +31,19 @@ def blocker(cfg) -> str | None:
     if cfg.ppo.minibatch_over == "agents" and cfg.ppo.num_mini_batch > 1:
         return "ppo.minibatch_over=agents draws mini-batches of varying size"
     return None
+
+
+def unused_keys(cfg) -> dict[str, str]:
+    """`ppo.micro_batch_size` set where micro-batches are off -> {key: one-line error}, as config.unused_keys
+    reports the keys nothing reads (run_config.unused_keys merges both)."""
+    size = cfg.ppo.micro_batch_size
+    if not size or not algos_used(cfg) - {"maddpg"}:  # 0 = off; maddpg-only runs: config reports every ppo.* key
+        return {}
+    reason = blocker(cfg)
+    if reason is None:
+        return {}
+    return {"ppo.micro_batch_size": f"ppo.micro_batch_size={size!r} has no effect: micro-batches are off here: "
+                                    f"{reason}; use 0"}
 
 
 def describe(cfg, rows: int, num_agents: int) -> str:

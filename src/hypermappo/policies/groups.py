@@ -152,8 +152,12 @@ def _group_config(cfg, where: str, entry: dict):
         config_mod.validate(gcfg)
     except UserError as e:
         raise UserError(f"{where}: {e}") from None
-    run_unused = config_mod.unused_keys(cfg)
-    for key, message in config_mod.unused_keys(gcfg).items():
+
+    def unused(c) -> dict[str, str]:  # as run_config.unused_keys (which sits above this module)
+        return {**config_mod.unused_keys(c), **micro_batch.unused_keys(c)}
+
+    run_unused = unused(cfg)
+    for key, message in unused(gcfg).items():
         section = key.split(".")[0]
         if section in ("ppo", "maddpg", "diagnostics") and section not in entry and key not in run_unused:
             continue  # a run-level key that groups of another algorithm read
