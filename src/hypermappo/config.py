@@ -634,6 +634,19 @@ def resolve_hyper_defaults(h: HyperConfig) -> None:
         h.rank = 1 if per_sample and h.output == "increment" else 0
 
 
+DEATH_MODES = ("auto", "episode", "agent")
+
+
+def resolve_death(choice: str, spec) -> str:
+    """`ppo.death` as `episode` or `agent` for an env (`spec`: its EnvSpec; `auto` reads its team_reward). What the
+    modes do to the learning targets is algos/death.py's; the critic reads it to death-mask its input."""
+    if choice not in DEATH_MODES:
+        raise UserError(f"ppo.death: expected one of {list(DEATH_MODES)}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    return "episode" if getattr(spec, "team_reward", False) else "agent"
+
+
 def validate(cfg: Config) -> None:
     """Checks that involve more than one key."""
     if cfg.actor == "hyper":

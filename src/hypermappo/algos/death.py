@@ -20,18 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from hypermappo.errors import UserError
+# resolving `auto` for an env is a config question (the critic needs it too, and models sit below algos)
+from hypermappo.config import DEATH_MODES, resolve_death
 
-DEATH_MODES = ("auto", "episode", "agent")
-
-
-def resolve_death(choice: str, spec) -> str:
-    """`ppo.death` as `episode` or `agent` for this env."""
-    if choice not in DEATH_MODES:
-        raise UserError(f"ppo.death: expected one of {list(DEATH_MODES)}, got {choice!r}")
-    if choice != "auto":
-        return choice
-    return "episode" if getattr(spec, "team_reward", False) else "agent"
+__all__ = ["DEATH_MODES", "bootstrap_mask", "resolve_death", "team_reward", "transition_targets"]
 
 
 def team_reward(reward: torch.Tensor, acted: torch.Tensor) -> torch.Tensor:

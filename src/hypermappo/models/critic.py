@@ -15,8 +15,7 @@ import types
 import torch
 import torch.nn as nn
 
-from hypermappo.algos.death import resolve_death
-from hypermappo.config import CoplayerConfig, HyperConfig
+from hypermappo.config import CoplayerConfig, HyperConfig, resolve_death
 from hypermappo.models.actor import agent_onehot
 from hypermappo.models.agent_layers import AgentLinear, AgentMLP
 
