@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos import micro_batch
-from hypermappo.algos.mappo import global_norm
+from hypermappo.algos.norms import global_norm
 
 
 class _LossOf(nn.Module):

@@ -32,7 +32,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from hypermappo.algos.mappo import grad_norm, masked_mean
+from hypermappo.algos.mappo import masked_mean
+from hypermappo.algos.norms import grad_norm
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.models.agent_layers import AgentLinear, AgentMLP
 from hypermappo.models.critic import critic_input, input_dim, resolve_input

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos import micro_batch
+from hypermappo.algos.norms import grad_norm
 from hypermappo.algos.value_norm import build_value_norm
 from hypermappo.errors import NonFiniteError
 from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
@@ -32,20 +33,6 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def huber(error: torch.Tensor, delta: float) -> torch.Tensor:
     a = error.abs()
     return torch.where(a <= delta, 0.5 * error * error, delta * (a - 0.5 * delta))
-
-
-def global_norm(tensors) -> torch.Tensor:
-    """The 2-norm of all `tensors` together (the norm of their norms, as clip_grad_norm_ computes it)."""
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
-
-
-def grad_norm(params, max_norm: float) -> torch.Tensor:
-    params = [p for p in params if p.grad is not None]
-    if not params:
-        return torch.zeros(())
-    if max_norm > 0:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    return global_norm(p.grad for p in params)
 
 
 class MAPPO:
