@@ -52,12 +52,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="output prefix: writes OUT.md, OUT.csv, OUT.png")
     args = p.parse_args(argv)
 
+    from hypermappo import cli
     from hypermappo.crossplay import crossplay
     from hypermappo.sweep import sweep
 
     start = time.time()
     code = sweep(args.preset, [f"seed={args.seeds}", f"total_env_steps={args.steps}", "torch_threads=1",
-                               "log.tensorboard=false", "diagnostics.every=0"], args.runs, args.workers)
+                               "log.tensorboard=false", "diagnostics.every=0"], args.runs, args.workers, main=cli.main)
     if code:
         print("some training runs failed; see their run directories", file=sys.stderr)
         return code

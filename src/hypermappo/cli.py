@@ -207,7 +207,7 @@ def cmd_eval(args) -> int:
 def cmd_sweep(args) -> int:
     from hypermappo.sweep import sweep
 
-    return sweep(args.preset, args.grid, args.out, args.workers, args.ray, args.ray_address, args.dry_run)
+    return sweep(args.preset, args.grid, args.out, args.workers, args.ray, args.ray_address, args.dry_run, main=main)
 
 
 def cmd_compare(args) -> int:

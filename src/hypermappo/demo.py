@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from hypermappo import cli
 from hypermappo.errors import UserError
 from hypermappo.report.compare import compare
 from hypermappo.sweep import sweep
@@ -20,7 +21,7 @@ PRESET = "demo/specialisation"
 
 def main(out: str = "runs/demo", report: str = "report/demo") -> int:
     start = time.time()
-    code = sweep(PRESET, ["actor=mlp,hyper", "seed=0,1"], out=Path(out), workers=2)
+    code = sweep(PRESET, ["actor=mlp,hyper", "seed=0,1"], out=Path(out), workers=2, main=cli.main)
     if code:
         print("demo: some runs failed; see the logs in", out, file=sys.stderr)
         return code

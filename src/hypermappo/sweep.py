@@ -32,6 +32,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,19 +219,22 @@ def _process_context():
     return ctx
 
 
-def _train_in_process(argv: list[str], log_path: str) -> None:
+# what a sweep runs for each of its runs: the CLI's entry point (cli.main, passed in by its callers: the CLI sits
+# above this module), given `train PRESET OVERRIDES...` or `resume RUN_DIR`, returning the exit code
+Main = Callable[[list[str]], int]
+
+
+def _train_in_process(main: Main, argv: list[str], log_path: str) -> None:
     """Entry point of a local sweep process: all its output, Python's or a library's, to the log.
     It dies with the sweep (SIGTERM), even when the sweep is killed with SIGKILL."""
     die_with_parent()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    from hypermappo.cli import main
-
     sys.exit(main(argv))  # an exception exits with 1, its traceback in the log
 
 
-def run_local(preset: str, jobs: list[tuple[SweepRun, str]], workers: int) -> int:
+def run_local(preset: str, jobs: list[tuple[SweepRun, str]], workers: int, main: Main) -> int:
     """Each run in its own process, `workers` at a time; returns the number of failed runs."""
     ctx = _process_context()
     pending, running, finished, failed = list(jobs), {}, 0, 0
@@ -240,7 +244,7 @@ def run_local(preset: str, jobs: list[tuple[SweepRun, str]], workers: int) -> in
             while pending and len(running) < workers:
                 run, status = pending.pop(0)
                 run.log.parent.mkdir(parents=True, exist_ok=True)
-                proc = ctx.Process(target=_train_in_process, args=(command(preset, run, status), str(run.log)),
+                proc = ctx.Process(target=_train_in_process, args=(main, command(preset, run, status), str(run.log)),
                                    name=f"hypermappo-sweep-{run.name}")
                 proc.start()
                 running[proc] = (run, time.monotonic())
@@ -263,18 +267,16 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def train_in_worker(argv: list[str], log_path: str) -> int:
+def train_in_worker(main: Main, argv: list[str], log_path: str) -> int:
     """One run inside a Ray worker process (which outlives it), its output going to the run's log."""
     die_with_parent()  # a worker of a Ray instance this sweep started goes when its raylet does
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    from hypermappo.cli import main
-
     with open(log_path, "a") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         return main(argv)
 
 
 def run_ray(preset: str, jobs: list[tuple[SweepRun, str]], address: str | None, workers: int | None,
-            threads: int) -> int:
+            threads: int, main: Main) -> int:
     """Each run as a Ray task (threads CPUs each); starts Ray here unless one is running or ADDR is given."""
     try:
         import ray
@@ -288,7 +290,7 @@ def run_ray(preset: str, jobs: list[tuple[SweepRun, str]], address: str | None, 
         ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
     try:
         task = ray.remote(train_in_worker).options(num_cpus=threads, max_retries=0)
-        refs = {task.remote(command(preset, run, status), str(run.log)): (run, time.monotonic())
+        refs = {task.remote(main, command(preset, run, status), str(run.log)): (run, time.monotonic())
                 for run, status in jobs}
         finished = failed = 0
         while refs:
@@ -323,8 +325,9 @@ def _check_reachable(address: str) -> None:
 
 
 def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | None = None, use_ray: bool = False,
-          ray_address: str | None = None, dry_run: bool = False) -> int:
-    """Expand, check, skip finished runs, run the rest; exit code 0 when every run completed."""
+          ray_address: str | None = None, dry_run: bool = False, *, main: Main) -> int:
+    """Expand, check, skip finished runs, run the rest; exit code 0 when every run completed. `main` runs one run's
+    command line (`hypermappo.cli.main`)."""
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
     out = Path(out) if out else default_out(preset)
@@ -355,9 +358,9 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
                                                 "runs": {r.name: r.overrides for r in runs}}, indent=2))
     threads = run_config.build_config(preset, runs[0].overrides, allow_unused=True).torch_threads or 1
     if use_ray or ray_address:
-        failed = run_ray(preset, todo, ray_address, workers, threads)
+        failed = run_ray(preset, todo, ray_address, workers, threads, main)
     else:
-        failed = run_local(preset, todo, n_workers)
+        failed = run_local(preset, todo, n_workers, main)
     print(f"sweep done: {len(todo) - failed} runs completed now, {len(runs) - len(todo)} before, {failed} failed"
           f"; compare them with: hypermappo compare {out}", flush=True)
     return 1 if failed else 0
