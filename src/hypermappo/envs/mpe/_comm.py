@@ -25,7 +25,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from hypermappo.envs.mpe_torch import _DISCRETE_DIRECTIONS, DAMPING, DT, SENSITIVITY
+from hypermappo.envs.mpe._world import _DIRECTIONS as _DISCRETE_DIRECTIONS
+from hypermappo.envs.mpe._world import DAMPING, DT
+from hypermappo.envs.mpe._world import DEFAULT_ACCEL as SENSITIVITY
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
 from hypermappo.errors import UserError
 
