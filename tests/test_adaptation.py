@@ -99,7 +99,7 @@ def coplayer_run(tmp_path_factory) -> Path:
     """A tiny run whose learner has a co-player model (action + goal heads, belief fed to the policy)."""
     run = tmp_path_factory.mktemp("adapt_cpm") / "run"
     cfg = config_mod.build_config("staghunt/default", [
-        *TINY, "total_env_steps=80", "coplayer.enabled=true", "coplayer.goal_weight=1.0",
+        *TINY, "total_env_steps=80", "coplayer.enabled=true", "coplayer.model=gru", "coplayer.goal_weight=1.0",
         "coplayer.memory=persistent", "coplayer.feed=policy",
         "groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: population, "
         "members: [{policy: staghunt_stag}, {policy: staghunt_hare}]}]"])
@@ -175,3 +175,32 @@ def test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_th
     acc = _accuracy(given, 2)  # a partner's own target (>= -1) wins over hindsight; -2: not given
     assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 1], [0, 1, 0]]
     assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 1], [0, 0, 0]]
+
+
+# --------------------------------------------------------------------------- the Bayesian goal belief
+
+@pytest.fixture(scope="module")
+def bayes_run(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("adapt_bayes") / "run"
+    cfg = config_mod.build_config("staghunt/default", [
+        *TINY, "total_env_steps=80", "coplayer.enabled=true", "coplayer.feed=policy", "coplayer.hidden=16",
+        "coplayer.replay_size=256", "coplayer.steps=2",
+        "groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: population, "
+        "members: [{policy: staghunt_stag}, {policy: staghunt_hare}]}]"])
+    Experiment(cfg, run, quiet=True).run()
+    return run
+
+
+def test_bayes_belief_carries_across_episodes_only_with_memory_and_the_baselines_are_scored(bayes_run):
+    report = adapt(bayes_run, ["scripted:staghunt_follow"], episodes=3, num_envs=4)
+    on, off = report["results"]
+    assert on["memory"] and not off["memory"]
+    assert on["action_accuracy"]["by_episode"][0] == off["action_accuracy"]["by_episode"][0]  # the same first episode
+    assert on["action_nll"]["by_episode"][0] == off["action_nll"]["by_episode"][0]
+    assert on["action_nll"]["by_episode"][1:] != off["action_nll"]["by_episode"][1:]  # the prior carried, or not
+    for r in (on, off):
+        for name in ("repeat_action_accuracy", "frequent_action_accuracy", "oracle_action_accuracy"):
+            assert 0.0 <= r[name]["overall"] <= 1.0
+        # the oracle knows the follow rule: it is right nearly always once the belief settles
+        assert r["oracle_action_accuracy"]["by_step"][-1] > 0.9
+        assert r["goal_accuracy"]["count"][0] > 0  # the follower's own target ("hunter") labels its steps

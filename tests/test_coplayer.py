@@ -19,7 +19,8 @@ from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
 
-ON = ["coplayer.enabled=true", "coplayer.hidden=16", "model.hidden_sizes=[16,16]"]
+# the recurrent predictor (coplayer.model=gru); the Bayesian model's tests are in test_coplayer_bayes.py
+ON = ["coplayer.enabled=true", "coplayer.model=gru", "coplayer.hidden=16", "model.hidden_sizes=[16,16]"]
 
 
 def _cfg(extra=(), steps: int = 160):
@@ -285,7 +286,8 @@ def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, c
     (["coplayer.enabled=true", "coplayer.subgoal_horizon=3"], r"coplayer.subgoal_horizon=3 has no effect: it needs "
                                                              r"coplayer.subgoal_weight>0"),
     (["actor=hyper", "hyper.context=[coplayer]"], r"hyper.context: coplayer needs the co-player model"),
-    (["coplayer.enabled=true", "coplayer.subgoal_weight=1", "coplayer.subgoal_at=reward", "coplayer.subgoal_horizon=3"],
+    (["coplayer.enabled=true", "coplayer.model=gru", "coplayer.subgoal_weight=1", "coplayer.subgoal_at=reward",
+      "coplayer.subgoal_horizon=3"],
      r"coplayer.subgoal_horizon=3 has no effect: it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon"),
     (["coplayer.enabled=true", "coplayer.memory=forever"], r"coplayer.memory: 'forever' is not one of"),
 ])

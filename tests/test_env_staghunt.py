@@ -294,20 +294,20 @@ def test_bad_kwargs_raise_user_error(kwargs, words):
 
 
 # ------------------------------------------------------------------ goal labels
-STAG, HARE = 0, 1
+STAG, HARE, HUNTER = 0, 1, 2
 
 
 def test_goal_event_fires_exactly_for_the_hunters_on_caught_prey():
     env = StagHuntVecEnv(1, n_hunters=3)
     s = env.reset(seed=0)
-    assert env.spec.goal_names == ["stag", "hare"]
+    assert env.spec.goal_names == ["stag", "hare", "hunter"]
     assert s.extras["goal_event"].tolist() == [[-1, -1, -1]]
     place(env, hunters=[[1, 2], [2, 1], [4, 1]], stags=[[2, 2]], hares=[[4, 0], [0, 4]])
     s = act(env, DOWN, RIGHT, LEFT)  # two hunters catch the stag, the third a hare
     assert s.extras["goal_event"].tolist() == [[STAG, STAG, HARE]]
     assert s.reward.tolist() == [[11.0, 11.0, 11.0]], "shared reward: the team's, goal only for the catchers"
     s = act(env, STAY, STAY, STAY)
-    assert s.extras["goal_event"].tolist() == [[-1, -1, -1]], "nothing caught, no goal completed"
+    assert s.extras["goal_event"].tolist() == [[HUNTER, HUNTER, -1]], "nothing caught; the two stag hunters share a cell"
     place(env, hunters=[[1, 2], [0, 0], [4, 4]], stags=[[2, 2]], hares=[[0, 4], [3, 3]])
     s = act(env, DOWN, STAY, STAY)  # alone on the stag: no catch, no goal
     assert s.extras["goal_event"].tolist() == [[-1, -1, -1]]
@@ -329,13 +329,13 @@ def test_goal_event_matches_captures_on_random_play():
 def test_parallel_env_and_adapter_carry_goal_events():
     env = StagHuntParallelEnv()
     obs, infos = env.reset(seed=0)
-    assert env.goal_names == ["stag", "hare"] and infos["hunter_0"] == {"goal_event": -1}
+    assert env.goal_names == ["stag", "hare", "hunter"] and infos["hunter_0"] == {"goal_event": -1}
     place(env.vec, hunters=[[1, 2], [2, 1]], stags=[[2, 2]], hares=[[0, 0], [2, 0]])
     _, _, _, _, infos = env.step({"hunter_0": DOWN, "hunter_1": LEFT})
     assert infos["hunter_0"]["goal_event"] == -1 and infos["hunter_1"]["goal_event"] == HARE
     vec = make_env("pettingzoo:hypermappo.envs.staghunt:StagHuntParallelEnv", 3, stag_min_hunters=1)
     s = vec.reset(seed=0)
-    assert vec.spec.goal_names == ["stag", "hare"] and s.extras["goal_event"].tolist() == [[-1, -1]] * 3
+    assert vec.spec.goal_names == ["stag", "hare", "hunter"] and s.extras["goal_event"].tolist() == [[-1, -1]] * 3
     singles = [StagHuntVecEnv(1, stag_min_hunters=1) for _ in range(3)]
     for i, single in enumerate(singles):
         single.reset(seed=i)

@@ -117,7 +117,7 @@ class HeldOutMatch:
         partner_id = torch.zeros(E, dtype=torch.long, device=device)
         generator = torch.Generator().manual_seed(seed + 1)
         for side in self.learners:
-            side.start(E)
+            side.start(E, memory)
         learner_slots = torch.cat([side.slots for side in self.learners])  # [L]
         episode = torch.zeros(E, dtype=torch.long, device=device)  # index of the episode each env is playing
         t_in_episode = torch.zeros(E, dtype=torch.long, device=device)
@@ -127,10 +127,13 @@ class HeldOutMatch:
         rows = torch.arange(E, device=device)
         trace = []  # per step, with a co-player model: what its accuracy needs
         s = self.env.reset(seed=seed)
+        baselines = Baselines(self.env, self.learners[0].slots, population.slots, memory) if self.coplayer else None
         while bool((episode < K).any()):
             actions = torch.zeros((E, self.env.spec.num_agents), dtype=torch.long, device=device)
             for side in self.learners:
                 actions[:, side.slots] = side.act(s, memory, deterministic)
+            if baselines is not None:
+                baselines.predict(s)
             partner_actions, partner_goal = population.act(s, self.env, pstate, partner_id, generator)
             actions[:, population.slots] = partner_actions.long()
             nxt = self.env.step(actions)
@@ -138,9 +141,13 @@ class HeldOutMatch:
             if self.coplayer:
                 trace.append(self._trace_step(population.slots, partner_actions, partner_goal, nxt, ended, episode,
                                               t_in_episode))
+                trace[-1].update(baselines.score(partner_actions.long()))
+            active_before = s.active
             s = nxt
             for side in self.learners:
-                side.observe(s)
+                side.observe(s, actions, active_before)
+            if baselines is not None:
+                baselines.observe(actions, active_before, ended)
             population.observe(pstate, s.done[:, population.slots])
             running = running + s.reward[:, learner_slots].mean(-1)
             t_in_episode = t_in_episode + 1
@@ -162,7 +169,14 @@ class HeldOutMatch:
         act_pred = torch.cat([side.prediction("action", partner_slots) for side in self.coplayer], 1)  # [E, Q, P]
         goal_pred = [side.prediction("goal", partner_slots) for side in self.coplayer]
         event = nxt.extras.get("goal_event")
+        if partner_goal is not None and all(side.other_goal is not None for side in self.coplayer):
+            # a scripted partner with no target (-1) pursues the Bayesian model's "other" goal
+            partner_goal = torch.where(partner_goal == -1, self.coplayer[0].other_goal, partner_goal)
+        nll = [side.action_nll(partner_slots, partner_actions) for side in self.coplayer]
+        goal_probs = [side.goal_probs(partner_slots) for side in self.coplayer]
         return {"episode": episode, "t": t_in_episode, "ended": ended,
+                "action_nll": torch.cat(nll, 1) if all(x is not None for x in nll) else None,  # [E, Q, P]
+                "goal_probs": torch.cat(goal_probs, 1) if all(x is not None for x in goal_probs) else None,
                 "action_correct": act_pred == partner_actions.unsqueeze(1),  # [E, Q, P]
                 "goal_pred": torch.cat(goal_pred, 1) if all(g is not None for g in goal_pred) else None,
                 "scripted_goal": partner_goal,  # [E, P] or None
@@ -177,7 +191,7 @@ class LearnerSide:
         from hypermappo.policies.groups import Learner, Phase, load_frozen_actor, sub_spec
 
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
-        self.model = None
+        self.model = self.belief = self.other_goal = None
         group_spec = sub_spec(env_spec, slots)
         if not spec.cfg.coplayer.enabled:
             self.actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(run_dir), group=spec.name), group_spec,
@@ -191,19 +205,35 @@ class LearnerSide:
         self.actor = learner.actor.requires_grad_(False).eval()
         self.model = learner.coplayer.model.requires_grad_(False).eval()
         self.fed = learner.coplayer.fed
+        if spec.cfg.coplayer.model == "bayes":  # the goal belief (algos/coplayer_bayes.py), as in training
+            self.bayes_cfg = spec.cfg.coplayer
+            self.other_goal = learner.coplayer.OTHER
 
-    def start(self, E: int) -> None:
+    def start(self, E: int, memory: bool = True) -> None:
         K, device = self.slots.numel(), self.slots.device
         self.hidden = torch.zeros(E, K, self.actor.hidden_size, device=device) if self.actor.hidden_size else None
         self.reset = torch.ones(E, K, dtype=torch.bool, device=device)  # the actor's: every episode start
-        self.memory = torch.zeros(E, K, self.model.hidden_size, device=device) if self.model is not None else None
         self.first = True
+        if self.other_goal is not None:
+            from hypermappo.algos.coplayer_bayes import GoalBelief
+
+            c = self.bayes_cfg
+            self.belief = GoalBelief(self.model, self.slots, self.model.n_slots, c.prior_weight, c.hazard, memory,
+                                     c.observe_actions)
+            self.belief.start(E, device)
+            self.memory = None
+            return
+        self.memory = torch.zeros(E, K, self.model.hidden_size, device=device) if self.model is not None else None
 
     def act(self, s, memory: bool, deterministic: bool) -> torch.Tensor:
         """Actions [E, K]; the co-player memory consumes this step's own observations first."""
         obs = s.obs[:, self.slots]  # [E, K, D]
         actor_obs = obs
-        if self.model is not None:
+        if self.belief is not None:
+            features, self.log_pred = self.belief.begin(obs)  # [E, K, N * (G + A)], [E, K, N, A]
+            if self.fed:
+                actor_obs = torch.cat([obs, features], -1)
+        elif self.model is not None:
             restart = self.reset if (self.first or not memory) else torch.zeros_like(self.reset)
             self.memory = self.model.step(obs, self.reset, self.memory, restart)  # [E, K, H]
             self.first = False
@@ -214,13 +244,78 @@ class LearnerSide:
         self.hidden = out.hidden
         return (out.dist.mode() if deterministic else out.dist.sample()).long()
 
-    def observe(self, s) -> None:
+    def observe(self, s, actions: torch.Tensor, active_before: torch.Tensor) -> None:
+        """After the env step: the actor's resets; the goal belief's Bayes update on everyone's actions [E, N]."""
         self.reset = s.done[:, self.slots]
+        if self.belief is not None:
+            self.belief.observe(actions, active_before, s.terminated | s.truncated)
+
+    def action_nll(self, partner_slots: torch.Tensor, actions: torch.Tensor) -> torch.Tensor | None:
+        """-log p(the partner's action) under the belief's prediction: [E, K, P] (None: no goal belief)."""
+        if self.belief is None:
+            return None
+        lp = self.log_pred[:, :, partner_slots]  # [E, K, P, A]
+        return -lp.gather(-1, actions.long().unsqueeze(1).unsqueeze(-1).expand(-1, lp.shape[1], -1, 1)).squeeze(-1)
+
+    def goal_probs(self, partner_slots: torch.Tensor) -> torch.Tensor | None:
+        """The goal posterior about each partner slot before its move: [E, K, P, G] (None: no goal belief)."""
+        return None if self.belief is None else self.belief.log_b[:, :, partner_slots].exp()
 
     def prediction(self, head: str, partner_slots: torch.Tensor) -> torch.Tensor | None:
         """The model's argmax prediction of each partner slot's action or goal: [E, K, P] (None: no such head)."""
+        if self.belief is not None:
+            return (self.log_pred if head == "action" else self.belief.log_b)[:, :, partner_slots].argmax(-1)
         logits = self.model.predict(self.memory).get(head)  # [E, K, N, A or G]
         return None if logits is None else logits[:, :, partner_slots].argmax(-1)
+
+
+class Baselines:
+    """Predictors of the partner's next action in the same harness: repeat its last move, its most frequent move
+    so far (counts restart every episode without memory), and the oracle: the Bayesian goal belief over the env's
+    own scripted rules (algos/coplayer_oracle.py; an upper bound, it reads the env's state)."""
+
+    def __init__(self, env, learner_slots: torch.Tensor, partner_slots: torch.Tensor, memory: bool):
+        from hypermappo.algos.coplayer_bayes import GoalBelief
+        from hypermappo.algos.coplayer_oracle import ORACLE_GOALS, OracleGoalPolicy
+        from hypermappo.config import CoplayerConfig
+
+        E, A = env.num_envs, int(env.spec.action_space.n)
+        self.partner_slots, self.memory, self.A = partner_slots, memory, A
+        P = partner_slots.numel()
+        self.last = torch.zeros(E, P, dtype=torch.long, device=partner_slots.device)
+        self.counts = torch.zeros(E, P, A, device=partner_slots.device)
+        self.oracle = None
+        if type(env).__name__ in ORACLE_GOALS:
+            c = CoplayerConfig()  # the Bayesian model's defaults
+            self.oracle_model = OracleGoalPolicy(env, c.floor)
+            self.oracle = GoalBelief(self.oracle_model, learner_slots, env.spec.num_agents, c.prior_weight, c.hazard,
+                                     memory)
+            self.oracle.start(E, partner_slots.device)
+
+    def predict(self, s) -> None:
+        if self.oracle is not None:
+            self.oracle_model.set_step(s)
+            _, log_pred = self.oracle.begin(s.obs[:, self.oracle.slots])
+            self.oracle_pred = log_pred[:, :, self.partner_slots]  # [E, K, P, A]
+
+    def score(self, actions: torch.Tensor) -> dict:
+        """actions [E, P] the partner took -> per-predictor hits [E, 1, P] (and the oracle's NLL)."""
+        out = {"repeat_correct": (self.last == actions).unsqueeze(1),
+               "frequent_correct": (self.counts.argmax(-1) == actions).unsqueeze(1)}
+        if self.oracle is not None:
+            out["oracle_correct"] = (self.oracle_pred.argmax(-1) == actions.unsqueeze(1))
+            out["oracle_nll"] = -self.oracle_pred.gather(-1, actions.unsqueeze(1).unsqueeze(-1).expand(
+                -1, self.oracle_pred.shape[1], -1, 1)).squeeze(-1)
+        return out
+
+    def observe(self, actions: torch.Tensor, active_before: torch.Tensor, ended: torch.Tensor) -> None:
+        a = actions[:, self.partner_slots]
+        self.last = a
+        self.counts += torch.nn.functional.one_hot(a, self.A).float()
+        if not self.memory:
+            self.counts = torch.where(ended.view(-1, 1, 1), 0.0, self.counts)
+        if self.oracle is not None:
+            self.oracle.observe(actions, active_before, ended)
 
 
 def _latest_checkpoint(run_dir: Path, device) -> dict:
@@ -253,6 +348,14 @@ def _accuracy(trace: list[dict], K: int) -> dict:
 
     action = torch.stack([x["action_correct"] for x in trace])  # [S, E, Q, P]
     out = {"action_accuracy": grid(action, torch.ones_like(action))}
+    for name in ("repeat", "frequent", "oracle"):  # the baselines' hits
+        if f"{name}_correct" in trace[0]:
+            hits = torch.stack([x[f"{name}_correct"] for x in trace])
+            out[f"{name}_action_accuracy"] = grid(hits, torch.ones_like(hits))
+    for name in ("action_nll", "oracle_nll"):  # a mean, stored as the grid's "correct" sums
+        if trace[0].get(name) is not None:
+            v = torch.stack([x[name] for x in trace])
+            out[name] = grid(v, torch.ones_like(v))
     if trace[0]["goal_pred"] is not None:
         pred = torch.stack([x["goal_pred"] for x in trace])  # [S, E, Q, P]
         ended = torch.stack([x["ended"] for x in trace])  # [S, E]
@@ -306,7 +409,8 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
             played = match.play(member, episodes, mem, seed, deterministic)
             result = {"partner": _label(member), "source": spec, "memory": bool(mem),
                       "return": _curve(played["return"]), "team_return": _curve(played["team"])}
-            for name in ("action_accuracy", "goal_accuracy"):
+            for name in ("action_accuracy", "goal_accuracy", "action_nll", "repeat_action_accuracy",
+                         "frequent_action_accuracy", "oracle_action_accuracy", "oracle_nll"):
                 if name in played:
                     result[name] = _rates(played[name])
             results.append(result)

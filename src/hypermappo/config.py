@@ -198,26 +198,47 @@ class HyperConfig:
 
 @dataclass
 class CoplayerConfig:
-    """Co-player model (models/coplayer.py): from a learner's own observation history, predict the other agents'
-    next actions, goals and subgoals; its embedding (belief) can feed the policy or the hypernetwork."""
+    """Co-player model: from a learner's own observations (and the others' public moves), predict what the other
+    agents do and what they are after. `bayes` (models/coplayer_goal.py, algos/coplayer_bayes.py): a
+    goal-conditioned policy of the others and a Bayesian belief over each co-player's goal, carried across
+    episodes; `gru` (models/coplayer.py): a recurrent predictor of actions, goals and subgoals. The belief can
+    feed the policy or be the hypernetwork's context."""
 
     enabled: bool = opt(False, "train a co-player model next to each learner")
+    model: str = opt("bayes", "bayes = goal-conditioned co-player policy + Bayesian goal belief; gru = recurrent "
+                              "predictor (an embedding as the belief)", choices=["bayes", "gru"])
     action_weight: float = opt(1.0, "loss weight of predicting each co-player's next action", min=0.0)
-    goal_weight: float = opt(0.0, "loss weight of predicting each co-player's current goal (env goal_names; "
+    goal_weight: float = opt(0.0, "gru: loss weight of predicting each co-player's current goal (env goal_names; "
                                   "scripted partners' true target, else the goal it completes next)", min=0.0)
-    subgoal_weight: float = opt(0.0, "loss weight of predicting each co-player's observation subgoal_horizon "
+    subgoal_weight: float = opt(0.0, "gru: loss weight of predicting each co-player's observation subgoal_horizon "
                                      "steps ahead (OMG's subgoal)", min=0.0)
     subgoal_at: str = opt("horizon", "the subgoal target: a co-player's observation subgoal_horizon steps ahead, "
                                      "or at its next rewarded step (reward) in the same episode",
                           choices=["horizon", "reward"])
     subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target (subgoal_at=horizon)", min=1)
-    memory: str = opt("episode", "co-player memory: episode (reset at each episode start) or persistent (kept "
-                                 "across episodes, reset when a co-player's partner_id changes)",
-                      choices=["episode", "persistent"])
-    feed: str = opt("none", "policy = append the belief (embedding) to the actor's input", choices=["none", "policy"])
-    hidden: int = opt(32, "GRU size = belief size (its cost per env step grows with its square)", min=1)
-    lr: float = opt(7e-4, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
-    epochs: int = opt(1, "passes over each rollout per update (full batch)", min=1)
+    memory: str = opt("auto", "co-player memory: episode (reset at each episode start) or persistent (carried "
+                              "across episodes, reset when a co-player's partner_id changes); auto = persistent "
+                              "for bayes, episode for gru", choices=["auto", "episode", "persistent"])
+    prior_weight: float = opt(0.5, "bayes, persistent memory: alpha, the next episode's goal prior = alpha * last "
+                                   "prior + (1 - alpha) * the episode's final posterior", min=0.0, max=1.0)
+    hazard: float = opt(0.05, "bayes: probability per step that a co-player changes goal (the belief moves this "
+                              "far back towards the episode's prior after each update)", min=0.0, max=1.0)
+    floor: float = opt(0.05, "bayes: weight of a uniform policy mixed into every goal's policy (no observed move "
+                             "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
+    observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "
+                                      "policy (public actions: the env declares EnvSpec.public_actions)")
+    self_model: bool = opt(True, "bayes: also train on the learner's own transitions seen from a co-player's "
+                                 "slot (self as a model of others), so goals no training partner pursued are modelled")
+    replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
+                           min=1)
+    steps: int = opt(16, "bayes: Adam steps on replay mini-batches per update", min=1)
+    batch_size: int = opt(512, "bayes: samples per Adam step", min=1)
+    feed: str = opt("none", "policy = append the belief to the actor's input (bayes: every co-player's goal "
+                            "posterior and predicted action distribution; gru: its embedding)",
+                    choices=["none", "policy"])
+    hidden: int = opt(64, "hidden width (gru: the GRU size = belief size)", min=1)
+    lr: float = opt(1e-3, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
+    epochs: int = opt(1, "gru: passes over each rollout per update (full batch)", min=1)
 
 
 @dataclass
@@ -579,6 +600,15 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         if f.name != "enabled":
             check(f"coplayer.{f.name}", cfg.coplayer.enabled, "it needs coplayer.enabled=true")
     if cfg.coplayer.enabled:
+        cp = cfg.coplayer
+        bayes, gru = cp.model == "bayes", f"it is read by coplayer.model=gru, got coplayer.model={cp.model!r}"
+        for name in ("goal_weight", "subgoal_weight", "epochs"):
+            check(f"coplayer.{name}", not bayes, gru)
+        for name in ("prior_weight", "hazard", "floor", "observe_actions", "self_model", "replay_size", "steps",
+                     "batch_size"):
+            check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
+        check("coplayer.prior_weight", not bayes or cp.memory != "episode",
+              "it weighs the prior carried across episodes, and coplayer.memory=episode carries none")
         check("coplayer.subgoal_at", cfg.coplayer.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
         check("coplayer.subgoal_horizon", cfg.coplayer.subgoal_weight > 0 and cfg.coplayer.subgoal_at == "horizon",
               "it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon")

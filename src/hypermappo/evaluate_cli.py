@@ -40,7 +40,7 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
                         f"groups (evaluate it with `hypermappo eval`)")
     cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
     spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
-    actor = build_actor(cfg.actor, widened_spec(spec, belief_dim(cfg)), cfg)  # wider: reads a co-player belief
+    actor = build_actor(cfg.actor, widened_spec(spec, belief_dim(cfg, spec)), cfg)  # wider: reads a co-player belief
     candidates = sorted(ckpt.parent.glob("ckpt_*.pt"), reverse=True) if newest_intact and target.is_dir() else [ckpt]
     rejected = []
     for ckpt in candidates:
@@ -53,7 +53,7 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
             continue
         if rejected:
             print(f"{command}: {run_dir}: skipped {'; '.join(rejected)}; using {ckpt.name}", file=sys.stderr, flush=True)
-        if belief_dim(cfg):  # the co-player model computes the belief the actor reads (algos/coplayer.py)
+        if belief_dim(cfg, spec):  # the co-player model computes the belief the actor reads (algos/coplayer.py)
             from hypermappo.algos.coplayer import acting_actor
 
             actor = acting_actor(cfg, spec, actor, read_checkpoint(ckpt, cfg.device))

@@ -83,12 +83,17 @@ def evaluate_policy(cfg, actor, episodes: int, deterministic: bool = True, devic
             state["reset"] = torch.ones(episodes, n, dtype=torch.bool, device=device)
         out = actor(s.obs, s.available_actions, state["hidden"], state["reset"], active=s.active)
         state["hidden"] = out.hidden
-        return out.dist.mode() if deterministic else out.dist.sample()
+        state["actions"] = out.dist.mode() if deterministic else out.dist.sample()
+        return state["actions"]
 
     def after_step(s, finished):
         state["reset"] = s.done
+        if hasattr(actor, "observe"):  # an actor with a belief over the others' goals sees everyone's moves
+            actor.observe(state["actions"], s)
 
     try:
         return play_episodes(cfg, episodes, act, device, render_env, max_steps, progress, after_step)
     finally:
         actor.train(was_training)
+        if hasattr(actor, "done"):
+            actor.done()

@@ -11,7 +11,7 @@ def mutations(M):
           (T + "test_predictions_use_only_the_learners_own_observations",),
           "the encoder pools over the agent axis: a learner's belief reads its co-players' observations"),
         M("coplayer_persistent_memory_resets_each_episode", algo,
-          'reset = self.pending_reset | new_episode if self.c.memory == "episode" else self.pending_reset',
+          'reset = self.pending_reset | new_episode if self.c.memory != "persistent" else self.pending_reset',
           "reset = self.pending_reset | new_episode",
           (T + "test_memory_persists_across_episodes_only_when_on_and_resets_on_a_partner_switch",),
           "memory=persistent ignored: beliefs never accumulate over episodes"),

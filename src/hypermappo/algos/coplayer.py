@@ -84,11 +84,27 @@ def build_model(cfg, env_spec) -> CoplayerModel:
                          env_spec.obs_dim if c.subgoal_weight > 0 else 0, c.hidden)
 
 
+def make_coplayer(cfg, env_spec, slots: list[int], num_envs: int, device, seed: int):
+    """The co-player model learner of `cfg.coplayer.model` for a learner group on `slots`."""
+    if cfg.coplayer.model == "bayes":
+        from hypermappo.algos.coplayer_bayes import BayesCoplayer
+
+        return BayesCoplayer(cfg, env_spec, slots, num_envs, device, seed)
+    return CoplayerLearner(cfg, env_spec, slots, num_envs, device, seed)
+
+
 def acting_actor(cfg, env_spec, actor, checkpoint: dict | None = None):
     """What acts for a run outside training (eval, crossplay): its actor, wrapped with the co-player model when the
     actor reads the belief (weights from `checkpoint` when given)."""
-    if not belief_dim(cfg):
+    if not belief_dim(cfg, env_spec):
         return actor
+    if cfg.coplayer.model == "bayes":
+        from hypermappo.algos.coplayer_bayes import BayesBeliefActor, build_goal_policy
+
+        model = build_goal_policy(cfg, env_spec)
+        if checkpoint is not None:
+            model.load_state_dict(checkpoint["coplayer"]["model"])
+        return BayesBeliefActor(actor, model, cfg)
     model = build_model(cfg, env_spec)
     if checkpoint is not None:
         model.load_state_dict(checkpoint["coplayer"]["model"])
@@ -116,7 +132,7 @@ class CoplayerLearner:
             self.model = build_model(cfg, env_spec).to(device)
         self.trains = any(w > 0 for w in (c.action_weight, c.goal_weight, c.subgoal_weight))
         self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
-        self.fed = belief_dim(cfg) > 0
+        self.fed = belief_dim(cfg, env_spec) > 0
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.others = ~F.one_hot(self.slots, N).bool()  # [K, N]: who is a co-player of learner agent k
         z = dict(device=device)
@@ -153,7 +169,7 @@ class CoplayerLearner:
     def act(self, t: int, obs: torch.Tensor, new_episode: torch.Tensor, partner: torch.Tensor | None):
         """obs [E, K, D] (own), new_episode [E, K] (the actor's reset mask), partner [E, G] ids or None -> the
         actor's input: obs, with the belief [E, K, H] appended when it is fed to the policy."""
-        reset = self.pending_reset | new_episode if self.c.memory == "episode" else self.pending_reset
+        reset = self.pending_reset | new_episode if self.c.memory != "persistent" else self.pending_reset
         if partner is not None:
             if self.partner is not None:
                 reset = reset | (partner != self.partner).any(-1, keepdim=True)  # a new partner in env e

@@ -80,7 +80,7 @@ class CoinGameVecEnv(VecEnv):
             observation_space=gym.spaces.Box(0.0, 1.0, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=list(AGENT_NAMES), can_render=True, can_save_state=True, team_reward=False,
-            goal_names=list(GOAL_NAMES),
+            goal_names=list(GOAL_NAMES), public_actions=True,
         )
         self.players = torch.zeros(e, 2, 2, dtype=torch.long, device=dev)  # [E, 2, 2] (row, col)
         self.coins = torch.zeros(e, c, 2, dtype=torch.long, device=dev)  # [E, C, 2]

@@ -73,7 +73,7 @@ class MatrixGameVecEnv(VecEnv):
             num_agents=self.n, obs_dim=obs_dim, state_dim=obs_dim,
             observation_space=gym.spaces.Box(0.0, 1.0, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(self.a), episode_limit=episode_length,
-            agent_names=[f"agent_{i}" for i in range(self.n)], can_save_state=True,
+            agent_names=[f"agent_{i}" for i in range(self.n)], can_save_state=True, public_actions=True,
             team_reward=game in ("climbing", "penalty", "specialisation"),  # shared-payoff games
         )
         self.t = torch.zeros(num_envs, dtype=torch.long, device=device)

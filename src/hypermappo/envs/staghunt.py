@@ -24,11 +24,12 @@ Rules (env string `staghunt`):
   R > T >= P > S) -- each hunter prefers the other to do the work, but doing it alone beats nobody doing it.
   Hares pay `hare_reward` to their catchers as with `shared_reward=False`; rewards are individual
   (`shared_reward` defaults to false and cannot be true). Preset: `hypermappo train staghunt/snowdrift`.
-- Goal labels (`spec.goal_names = ["stag", "hare"]`, "which prey a hunter is going for" by kind, since a
+- Goal labels (`spec.goal_names = ["stag", "hare", "hunter"]`, "what a hunter is going for" by kind, since a
   caught prey respawns elsewhere and its slot says nothing lasting): `extras["goal_event"]` [E, H] int64 in
   every EnvStep is 0 for a hunter standing on a stag caught this step, 1 on a caught hare (0 when it caught
-  both on one cell), -1 otherwise (also at reset). The scripted rules `staghunt_stag` / `staghunt_hare` write
-  their target kind into `ScriptedContext.goal`; for learned hunters the next goal_event is the label.
+  both on one cell), 2 for a hunter that caught nothing and stands on another hunter's cell, -1 otherwise
+  (also at reset). The scripted rules `staghunt_stag` / `staghunt_hare` / `staghunt_follow` write their
+  target kind into `ScriptedContext.goal`; for learned hunters the next goal_event is the label.
 - Caught prey respawns on a uniformly random cell holding no hunter and no other prey
   (`respawn=True`, default) or disappears (`respawn=False`; the episode then *terminates* once all
   prey is gone). Each step every stag moves with probability `stag_move_prob` (default 0) one cell
@@ -70,8 +71,8 @@ from hypermappo.errors import UserError
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN32 = 0x9E3779B9
-GOAL_NAMES = ("stag", "hare")  # goal indices of extras["goal_event"] / ScriptedContext.goal
-STAG_GOAL, HARE_GOAL = 0, 1
+GOAL_NAMES = ("stag", "hare", "hunter")  # goal indices of extras["goal_event"] / ScriptedContext.goal
+STAG_GOAL, HARE_GOAL, HUNTER_GOAL = 0, 1, 2
 # stay, up, down, left, right as (d_row, d_col)
 _MOVES = [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]]
 
@@ -193,7 +194,8 @@ class StagHuntVecEnv(VecEnv):
             observation_space=gym.spaces.Box(0.0, obs_high, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=[f"hunter_{i}" for i in range(h)], can_render=True, can_save_state=True,
-            team_reward=self.shared_reward, goal_names=list(GOAL_NAMES),
+            team_reward=self.shared_reward, goal_names=list(GOAL_NAMES), public_actions=True,
+            identity_features=list(range(2, 2 + h)),  # the one-hot own id
         )
 
         self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)
@@ -352,8 +354,10 @@ class StagHuntVecEnv(VecEnv):
             reward = reward - self.step_penalty
         self.stag_captures += caught[:, :self.n_stags].sum(-1)
         self.hare_captures += caught[:, self.n_stags:].sum(-1)
+        met = (self.hunters.unsqueeze(2) == self.hunters.unsqueeze(1)).all(-1).sum(-1) > 1  # [E, H]: on another hunter
         goal_event = torch.where(catchers[..., :self.n_stags].any(-1), STAG_GOAL,
-                                 torch.where(catchers[..., self.n_stags:].any(-1), HARE_GOAL, -1))  # [E, H]
+                                 torch.where(catchers[..., self.n_stags:].any(-1), HARE_GOAL,
+                                             torch.where(met, HUNTER_GOAL, -1)))  # [E, H]
 
         if self.respawn:
             if bool(caught.any()):  # skipping is exact: envs that catch nothing draw no numbers

@@ -59,6 +59,15 @@ class EnvSpec:
     # `extras["goal_event"]`: [E, N] int64 in every EnvStep, the goal index an agent completed (caught,
     # collected) in the step just taken, -1 when none: hindsight goal labels for learned co-players.
     goal_names: list[str] = field(default_factory=list)
+    # every agent sees the others' last actions (as in gridworlds where moves are visible): co-player models may
+    # read them and the Bayesian goal belief is updated on them (coplayer.model=bayes needs it)
+    public_actions: bool = False
+    # observation features that only say which agent is observing (e.g. a one-hot own id): models of the others
+    # read the observation without them, so a behaviour learnt from one seat is recognised from another
+    identity_features: list[int] = field(default_factory=list)
+    # set by the library, not by envs: the observation's last `belief_dim` features are a co-player belief
+    # appended for the actor (coplayer.feed / hyper.context=[coplayer]), not the env's observation
+    belief_dim: int = 0
 
 
 @dataclass

@@ -22,11 +22,18 @@ import torch.nn as nn
 from hypermappo.models.actor import Actor, ActorOut
 
 
-def belief_dim(cfg) -> int:
-    """Features the co-player belief adds to the actor's input (0: the actor reads the env observation only)."""
+def belief_dim(cfg, env_spec) -> int:
+    """Features the co-player belief adds to the actor's input (0: the actor reads the env observation only);
+    `env_spec`: the whole env's (every slot is a possible co-player)."""
     c = cfg.coplayer
     fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
-    return c.hidden if c.enabled and fed else 0
+    if not (c.enabled and fed):
+        return 0
+    if c.model == "bayes":
+        from hypermappo.models.coplayer_goal import goal_labels
+
+        return env_spec.num_agents * (goal_labels(len(env_spec.goal_names)) + int(env_spec.action_space.n))
+    return c.hidden
 
 
 class CoplayerModel(nn.Module):

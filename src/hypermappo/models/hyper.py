@@ -30,7 +30,6 @@ from hypermappo.kernels import obs_context as obs_context_kernel
 from hypermappo.models.actor import ActorOut, agent_onehot
 from hypermappo.models.agent_attention import AgentAttention
 from hypermappo.models.agent_layers import AgentGRUCell, AgentLayerNorm, AgentLinear, fold_norm
-from hypermappo.models.coplayer import belief_dim
 from hypermappo.models.distributions import make_dist
 from hypermappo.models.mlp import MLPActor
 
@@ -257,7 +256,7 @@ class HyperNetwork(nn.Module):
     def __init__(self, spec, cfg, layer_shapes: list[tuple[int, int]], full: bool, hidden_units: list[int]):
         super().__init__()
         h = cfg.hyper
-        self.context = ContextEncoder(spec, h, belief_dim(cfg))
+        self.context = ContextEncoder(spec, h, spec.belief_dim)
         layers, width = [], self.context.dim
         for _ in range(h.mlp_layers):
             layers += [nn.Linear(width, h.hidden), nn.ReLU()]
@@ -319,7 +318,7 @@ class HyperActor(MLPActor):
 
     def __init__(self, spec, cfg):
         # a belief the hypernetwork reads (hyper.context=[coplayer]) reaches the base layers only with coplayer.feed=policy
-        trunk_obs_dim = spec.obs_dim - (belief_dim(cfg) if cfg.coplayer.feed != "policy" else 0)
+        trunk_obs_dim = spec.obs_dim - (spec.belief_dim if cfg.coplayer.feed != "policy" else 0)
         super().__init__(dataclasses.replace(spec, obs_dim=trunk_obs_dim), cfg)
         self.trunk_obs_dim = trunk_obs_dim
         h = cfg.hyper

@@ -285,7 +285,8 @@ def widened_spec(spec, extra: int):
     import gymnasium as gym
 
     dim = spec.obs_dim + extra
-    return dataclasses.replace(spec, obs_dim=dim, observation_space=gym.spaces.Box(-float("inf"), float("inf"), (dim,)))
+    return dataclasses.replace(spec, obs_dim=dim, observation_space=gym.spaces.Box(-float("inf"), float("inf"), (dim,)),
+                               belief_dim=spec.belief_dim + extra)
 
 
 def load_frozen_actor(phase: Phase, env_spec, device) -> torch.nn.Module:
@@ -342,12 +343,12 @@ class Learner:
         # co-player model (algos/coplayer.py); a belief fed to the actor widens the actor's input, not the critic's
         self.coplayer, actor_spec = None, spec
         if cfg.coplayer.enabled:
-            from hypermappo.algos.coplayer import CoplayerLearner
+            from hypermappo.algos.coplayer import make_coplayer
             from hypermappo.models.coplayer import belief_dim
 
-            self.coplayer = CoplayerLearner(cfg, env_spec or spec, slots or list(range(spec.num_agents)), num_envs,
+            self.coplayer = make_coplayer(cfg, env_spec or spec, slots or list(range(spec.num_agents)), num_envs,
                                             device, batch_seed)
-            actor_spec = widened_spec(spec, belief_dim(cfg))
+            actor_spec = widened_spec(spec, belief_dim(cfg, env_spec or spec))
         self.actor = build_actor(cfg.actor, actor_spec, cfg).to(device)
         self.off_policy = cfg.algo == "maddpg"
         if self.off_policy:
@@ -382,9 +383,15 @@ class Learner:
         # what acts in evaluation: the actor, with the co-player belief computed on the way when it reads one
         self.acting_actor = self.actor
         if actor_spec is not spec:
-            from hypermappo.models.coplayer import BeliefActor
+            if cfg.coplayer.model == "bayes":
+                from hypermappo.algos.coplayer_bayes import BayesBeliefActor
 
-            self.acting_actor = BeliefActor(self.actor, self.coplayer.model)
+                self.acting_actor = BayesBeliefActor(self.actor, self.coplayer.model, cfg,
+                                                     slots or list(range(spec.num_agents)))
+            else:
+                from hypermappo.models.coplayer import BeliefActor
+
+                self.acting_actor = BeliefActor(self.actor, self.coplayer.model)
         self.actor_h = self.critic_h = self.reset_mask = self.prev_obs = None
         self.updates_done = 0  # its own updates (a group switched to learner later starts at 0; the audit counts these)
 
@@ -623,6 +630,7 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
               for g, a in zip(groups, actors)]
     reset = [torch.ones(E, g.K, dtype=torch.bool, device=device) for g in groups]
     contexts: list[ScriptedContext] = []
+    taken = [None]  # the joint actions of the last step
     group_returns = torch.zeros(len(groups), E, device=device)
     populations = {i: (g.population.new_state(E), torch.arange(E, device=device) % len(g.population))
                    for i, g in enumerate(groups) if g.population is not None}
@@ -645,9 +653,13 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
             if actions is None:
                 actions = torch.empty((E, env.spec.num_agents, *a.shape[2:]), dtype=a.dtype, device=a.device)
             actions[:, g.index] = a.to(actions.dtype)
+        taken[0] = actions
         return actions
 
     def after_step(s, finished):
+        for a in actors:
+            if a is not None and hasattr(a, "observe"):  # a belief over the others' goals sees everyone's moves
+                a.observe(taken[0], s)
         for i, g in enumerate(groups):
             group_returns[i] += torch.where(finished, 0.0, g.take(s.reward).mean(-1))
             reset[i] = g.take(s.done)
@@ -660,6 +672,8 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
         for a, mode in zip(actors, modes):
             if a is not None:
                 a.train(mode)
+                if hasattr(a, "done"):
+                    a.done()
     result.pop("length_mean")  # as before: a group run's summary has no eval length
     result["group_returns"] = {g.name: float(group_returns[i].mean()) for i, g in enumerate(groups)}
     return result

@@ -82,7 +82,9 @@ def _uniform_available(step: EnvStep, slots: torch.Tensor, n_actions: int, gener
 def random_policy(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     """Uniform over the available actions (Discrete action spaces)."""
     n = ctx.params.get("n_actions") or int(ctx.env.spec.action_space.n)
-    return _uniform_available(step, ctx.slots, n, ctx.generator)
+    actions = _uniform_available(step, ctx.slots, n, ctx.generator)
+    ctx.goal = torch.full_like(actions, -1)  # pursues no goal (a co-player model's "other")
+    return actions
 
 
 @scripted("fixed")

@@ -4,7 +4,7 @@ Each rule reads the batched env's own state tensors (positions, prey alive, ...)
 for its slots with a fixed number of tensor ops: no loop over envs or agents. Dead slots take the no-op 0.
 Goal-directed rules write their target into `ctx.goal` ([E, K] index into `env.spec.goal_names`, -1 none):
 `staghunt_stag` "stag", `staghunt_hare` "hare" (the snowdrift payoff uses the same rules), `staghunt_follow`
--1 (it goes for a hunter, not a prey), `coin_cooperative` "own_coin", `coin_selfish` "own_coin" or "other_coin"
+"hunter", `coin_cooperative` "own_coin", `coin_selfish` "own_coin" or "other_coin"
 by the colour of the coin it walks to. Registered on import; `hypermappo.policies.scripted` imports this module,
 so `get_scripted("staghunt_stag")` finds them without the user importing anything.
 
@@ -28,7 +28,7 @@ import torch
 from hypermappo.envs.coingame import OTHER_GOAL, OWN_GOAL, CoinGameVecEnv
 from hypermappo.envs.matrix import MatrixGameVecEnv
 from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
-from hypermappo.envs.staghunt import HARE_GOAL, STAG_GOAL, StagHuntVecEnv
+from hypermappo.envs.staghunt import HARE_GOAL, HUNTER_GOAL, STAG_GOAL, StagHuntVecEnv
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import UserError
 from hypermappo.policies.scripted import ScriptedContext, scripted
@@ -106,8 +106,8 @@ def staghunt_follow(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     env = _require(ctx.env, StagHuntVecEnv, "staghunt_follow", "the stag hunt (env 'staghunt')")
     others = torch.arange(env.n_hunters, device=env.device) != ctx.slots.unsqueeze(-1)  # [K, H]: not itself
     valid = others.unsqueeze(0).expand(env.num_envs, -1, -1)  # [E, K, H]
-    actions, _, _ = _walk_to_nearest(env.hunters[:, ctx.slots], env.hunters, valid)
-    ctx.goal = torch.full_like(actions, -1)  # it goes for a hunter, not for a prey
+    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.hunters, valid)
+    _set_goal(step, ctx, torch.full_like(actions, HUNTER_GOAL), has_target)  # it goes for a hunter
     return _noop_dead(step, ctx.slots, actions)
 
 

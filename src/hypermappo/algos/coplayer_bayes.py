@@ -1,0 +1,405 @@
+"""The Bayesian co-player model (`coplayer.model=bayes`): a goal-conditioned partner policy trained on every
+transition whose goal is known, and a Bayesian belief over each co-player's goal (models/coplayer_goal.py).
+
+`GoalBelief` is the running belief of K learner agents about every slot of E envs; training (`BayesCoplayer`)
+and held-out evaluation (adaptation.py) step it the same way:
+
+    features, log_pred = belief.begin(obs)       # before acting: belief + predicted action distribution
+    belief.observe(actions, active, episode_end) # after the env step: Bayes update on the public actions,
+                                                 # the goal-switch hazard, the prior carried at an episode end
+
+Training data, per rollout, every ordered pair (observer o, co-player j), both alive, j's goal known:
+(o's observation, j, j's previous action) -> j's action under goal g. Goal labels: a scripted partner's own
+target (`ScriptedContext.goal`; a rule that writes no target, like `random`, and a target of -1 are "other"),
+else in hindsight the next goal the slot completes in the same episode (env `extras["goal_event"]`);
+unlabelled otherwise. Pairs with a learner as the co-player ("self as a model of others", `coplayer.self_model`)
+use the observer slot's observation from the rollout: training data only, never a prediction's input. The pairs
+go into a replay of the most recent `coplayer.replay_size` samples, and each update takes `coplayer.steps`
+Adam steps on mini-batches drawn from it with the model's own seeded generator (checkpointed: exact resume).
+
+Logged (metrics.csv): the fit on the new rollout before training (goal-conditioned action accuracy and loss),
+and the belief's online predictions during the rollout: action accuracy and NLL (all steps, the first 5 steps of
+an episode, and those in the first vs later episodes against the same partner), goal accuracy (argmax of the
+belief vs the label, from step 5 on), Brier score and expected calibration error of the goal belief.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
+from hypermappo.errors import NonFiniteError, UserError
+from hypermappo.models.coplayer_goal import GoalPolicy, bayes_update, carry, goal_labels, one_hot_mask, predictive, switch
+
+REPLAY_SEED_OFFSET = 7_919  # the replay sampler's generator: run seed + this (+ the learner's offset)
+GOAL_NOT_GIVEN = -2  # scripted_goal: nothing written for this slot (policies/population.py)
+EARLY_STEPS = 5  # "the first steps of an episode" in the logged metrics
+ECE_BINS = 10
+
+
+def bayes_belief_dim(env_spec) -> int:
+    """Features the belief adds to the actor's input: per slot, the goal posterior and the predicted action
+    distribution (zero at the learner's own slot)."""
+    return env_spec.num_agents * (goal_labels(len(env_spec.goal_names)) + int(env_spec.action_space.n))
+
+
+def build_goal_policy(cfg, env_spec) -> GoalPolicy:
+    c = cfg.coplayer
+    return GoalPolicy(env_spec.obs_dim, env_spec.num_agents, int(env_spec.action_space.n),
+                      goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features)
+
+
+def check_env(cfg, env_spec) -> None:
+    import gymnasium as gym
+
+    if not isinstance(env_spec.action_space, gym.spaces.Discrete):
+        raise UserError(f"coplayer.model=bayes: the goal belief needs Discrete actions; env {cfg.env!r} has "
+                        f"{env_spec.action_space}")
+    if not env_spec.public_actions:
+        raise UserError(f"coplayer.model=bayes: env {cfg.env!r} does not declare public actions (EnvSpec."
+                        f"public_actions), so a learner cannot see the moves the belief is updated on; use "
+                        f"coplayer.model=gru")
+
+
+class GoalBelief:
+    """The goal belief of K learner agents (slots `slots`) about every slot of E envs, and its memory rules."""
+
+    def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
+                 persistent: bool, observe_actions: bool = True):
+        self.model, self.slots, self.N = model, slots, n_slots
+        self.G, self.A = model.n_goals, model.n_actions
+        self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
+        self.others = one_hot_mask(slots, n_slots)  # [K, N]
+        self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = None
+
+    def start(self, E: int, device) -> None:
+        """Fresh start: uniform prior and belief, no previous actions, first episode."""
+        K = self.slots.numel()
+        self.prior = torch.full((E, K, self.N, self.G), 1.0 / self.G, device=device)
+        self.log_b = self.prior.log()
+        self.prev = torch.full((E, self.N), self.A, dtype=torch.long, device=device)
+        self.episode_index = torch.zeros(E, dtype=torch.long, device=device)  # episodes against this partner, 0-based
+
+    def reset(self, envs: torch.Tensor) -> None:
+        """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
+        m = envs.view(-1, 1, 1, 1)
+        uniform = torch.full_like(self.prior, 1.0 / self.G)
+        self.prior = torch.where(m, uniform, self.prior)
+        self.log_b = torch.where(m, uniform.log(), self.log_b)
+        self.prev = torch.where(envs.unsqueeze(-1), self.A, self.prev)
+        self.episode_index = torch.where(envs, 0, self.episode_index)
+
+    def begin(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], log predicted action [E, K, N, A])."""
+        prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
+        self.log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+        log_pred = predictive(self.log_b, self.log_pi)
+        mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
+        features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
+        return features, log_pred
+
+    def observe(self, actions: torch.Tensor, active: torch.Tensor, episode_end: torch.Tensor) -> None:
+        """actions [E, N] every slot's action of this step, active [E, N] alive when acting, episode_end [E]."""
+        like = self.log_pi.gather(-1, actions.view(actions.shape[0], 1, self.N, 1, 1).expand(
+            -1, self.log_pi.shape[1], -1, self.G, 1)).squeeze(-1)  # [E, K, N, G]
+        seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
+        post = switch(bayes_update(self.log_b, like), self.prior, self.hazard)
+        self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)
+        self.prev = torch.where(active, actions, self.prev)
+        if self.persistent:
+            nxt_prior = carry(self.prior, self.log_b, self.alpha)
+        else:
+            nxt_prior = torch.full_like(self.prior, 1.0 / self.G)
+        end = episode_end.view(-1, 1, 1, 1)
+        self.prior = torch.where(end, nxt_prior, self.prior)
+        self.log_b = torch.where(end, self.prior.log(), self.log_b)
+        self.prev = torch.where(episode_end.unsqueeze(-1), self.A, self.prev)
+        self.episode_index = self.episode_index + episode_end.long()
+
+    def state_dict(self) -> dict:
+        return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
+                                                                 sd["episode_index"])
+
+
+def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Goal probabilities [M, G], labels [M], mask [M] -> (Brier score, expected calibration error of the argmax,
+    ECE_BINS equal-width confidence bins)."""
+    m = mask.to(prob.dtype)
+    n = m.sum().clamp(min=1.0)
+    onehot = F.one_hot(label.clamp(min=0), prob.shape[-1]).to(prob.dtype)
+    brier = (((prob - onehot) ** 2).sum(-1) * m).sum() / n
+    conf, pred = prob.max(-1)
+    correct = (pred == label).to(prob.dtype)
+    bins = (conf * ECE_BINS).long().clamp(max=ECE_BINS - 1)
+    gap_sum = torch.zeros(ECE_BINS, dtype=prob.dtype, device=prob.device).index_add_(0, bins, (conf - correct) * m)
+    return brier, gap_sum.abs().sum() / n
+
+
+class BayesCoplayer:
+    """A learner group's Bayesian co-player model: network, optimiser, replay, belief and one rollout of data."""
+
+    def __init__(self, cfg, env_spec, slots: list[int], num_envs: int, device, seed: int):
+        c = cfg.coplayer
+        self.cfg, self.c = cfg, c
+        check_env(cfg, env_spec)
+        N, D, K, T, E = env_spec.num_agents, env_spec.obs_dim, len(slots), cfg.rollout_length, num_envs
+        self.N, self.K, self.T, self.E, self.D = N, K, T, E, D
+        self.n_named = len(env_spec.goal_names)
+        self.OTHER = self.n_named  # the "other" goal's index
+        with torch.random.fork_rng(devices=[]):  # its own init: the actor's and critic's draws are unchanged
+            torch.manual_seed(seed + SEED_OFFSET)
+            self.model = build_goal_policy(cfg, env_spec).to(device)
+        self.G, self.A = self.model.n_goals, self.model.n_actions
+        self.trains = c.action_weight > 0
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
+        self.sampler = torch.Generator().manual_seed(seed + SEED_OFFSET + REPLAY_SEED_OFFSET)
+        self.fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
+        self.slots = torch.tensor(slots, dtype=torch.long, device=device)
+        self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
+        self.learner_slot[self.slots] = True
+        self.belief = GoalBelief(self.model, self.slots, N, c.prior_weight, c.hazard, c.memory != "episode",
+                                 c.observe_actions)
+        z = dict(device=device)
+        # the rollout: every slot's observation (training inputs of each observer), actions, previous actions
+        self.obs_all = torch.zeros(T, E, N, D, **z)
+        self.actions = torch.zeros(T, E, N, dtype=torch.long, **z)
+        self.prev = torch.zeros(T, E, N, dtype=torch.long, **z)
+        self.active_all = torch.zeros(T, E, N, dtype=torch.bool, **z)
+        self.episode_end = torch.zeros(T, E, dtype=torch.bool, **z)
+        self.goal_event = torch.full((T, E, N), -1, dtype=torch.long, **z)
+        self.scripted_goal = torch.full((T, E, N), GOAL_NOT_GIVEN, dtype=torch.long, **z)
+        # the belief's online predictions, scored once labels are known (at the update)
+        self.log_pred = torch.zeros(T, E, K, N, self.A, **z)
+        self.belief_probs = torch.zeros(T, E, K, N, self.G, **z)
+        self.t_in_episode = torch.zeros(T, E, dtype=torch.long, **z)
+        self.episode_idx = torch.zeros(T, E, dtype=torch.long, **z)
+        self.step_count = None  # [E] steps into the current episode
+        # replay of training samples (observations in float16: a checkpoint carries it whole)
+        cap = c.replay_size
+        self.replay = {"obs": torch.zeros(cap, D, dtype=torch.float16, **z),
+                       "target": torch.zeros(cap, dtype=torch.long, **z), "prev": torch.zeros(cap, dtype=torch.long, **z),
+                       "action": torch.zeros(cap, dtype=torch.long, **z), "goal": torch.zeros(cap, dtype=torch.long, **z)}
+        self.replay_fill, self.replay_pos = 0, 0
+        self.partner = None
+        self.after_backward = None  # the live-component audit's gradient hook, while it runs
+
+    def loss_terms(self) -> list[str]:
+        return ["coplayer_action_loss"] if self.trains else []
+
+    # ------------------------------------------------------------------ collection
+
+    def start(self, E: int, device) -> None:
+        self.belief.start(E, device)
+        self.step_count = torch.zeros(E, dtype=torch.long, device=device)
+        self.partner = None
+
+    @torch.no_grad()
+    def act(self, t: int, obs: torch.Tensor, new_episode: torch.Tensor, partner: torch.Tensor | None):
+        """obs [E, K, D] (own), partner [E, G] ids or None -> the actor's input (the belief appended when fed)."""
+        if partner is not None:
+            if self.partner is not None:
+                self.belief.reset((partner != self.partner).any(-1))
+            self.partner = partner.clone()
+        self.prev[t].copy_(self.belief.prev)
+        features, log_pred = self.belief.begin(obs)
+        self.log_pred[t].copy_(log_pred)
+        self.belief_probs[t].copy_(self.belief.log_b.exp())
+        self.t_in_episode[t].copy_(self.step_count)
+        self.episode_idx[t].copy_(self.belief.episode_index)
+        return torch.cat([obs, features], -1) if self.fed else obs
+
+    @torch.no_grad()
+    def record(self, t: int, step, actions: torch.Tensor, nxt, groups) -> None:
+        """After env.step: every slot's observation, action and goal; then the belief's Bayes update."""
+        end = nxt.terminated | nxt.truncated
+        self.obs_all[t].copy_(step.obs)
+        self.actions[t].copy_(actions)
+        self.active_all[t].copy_(step.active)
+        self.episode_end[t].copy_(end)
+        event = nxt.extras.get("goal_event") if self.n_named else None
+        if self.n_named and event is None:
+            raise UserError(f"coplayer: env {self.cfg.env!r} has goal_names but put no extras['goal_event'] in its "
+                            f"step (the EnvSpec.goal_names contract)")
+        if event is not None:
+            self.goal_event[t].copy_(event)
+        given = self.scripted_goal[t]
+        given.fill_(GOAL_NOT_GIVEN)
+        for g in groups:
+            if g.learning:
+                continue
+            goal = getattr(g, "last_goal", None)
+            if goal is not None:  # a scripted rule's own target (-1: none, "other"); frozen actors write none
+                given[:, g.index] = goal.to(given.dtype)
+        self.belief.observe(actions, step.active, end)
+        self.step_count = torch.where(end, 0, self.step_count + 1)
+
+    # ------------------------------------------------------------------ training
+
+    def labels(self) -> torch.Tensor:
+        """[T, E, N] goal index per slot and step (OTHER for a scripted "no target"), -1 unlabelled."""
+        hindsight = hindsight_goals(self.goal_event, self.episode_end)
+        given = torch.where(self.scripted_goal == -1, self.OTHER, self.scripted_goal)
+        return torch.where(self.scripted_goal != GOAL_NOT_GIVEN, given, hindsight)
+
+    def _pairs(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rollout's training samples: every (observer, co-player) pair, both alive, the co-player's goal
+        known, the observer a learner slot (or any slot for a learner co-player with coplayer.self_model)."""
+        T, E, N = self.T, self.E, self.N
+        obs_o = self.obs_all.unsqueeze(3).expand(T, E, N, N, self.D)  # [T, E, o, j, D]
+        observer_ok = self.learner_slot.view(N, 1) | (self.c.self_model & self.learner_slot.view(1, N))  # [o, j]
+        keep = (self.active_all.unsqueeze(3) & self.active_all.unsqueeze(2) & ~torch.eye(N, dtype=torch.bool,
+                device=label.device) & observer_ok & (label >= 0).unsqueeze(2))  # [T, E, o, j]
+        ids = torch.arange(N, device=label.device)
+        j = ((ids.view(1, N) - ids.view(N, 1)) % N).expand(T, E, N, N)  # [o, j]: j relative to the observer
+        prev = self.prev if self.c.observe_actions else torch.full_like(self.prev, self.A)
+        return {"obs": obs_o[keep], "target": j[keep], "prev": prev.unsqueeze(2).expand(T, E, N, N)[keep],
+                "action": self.actions.unsqueeze(2).expand(T, E, N, N)[keep],
+                "goal": label.unsqueeze(2).expand(T, E, N, N)[keep]}
+
+    def _push(self, samples: dict[str, torch.Tensor]) -> None:
+        cap = self.c.replay_size
+        n = samples["target"].shape[0]
+        if n > cap:  # more than the replay holds: the most recent
+            samples = {k: v[n - cap:] for k, v in samples.items()}
+            n = cap
+        idx = (self.replay_pos + torch.arange(n, device=samples["target"].device)) % cap
+        for k, v in samples.items():
+            self.replay[k][idx] = v.to(self.replay[k].dtype)
+        self.replay_pos = (self.replay_pos + n) % cap
+        self.replay_fill = min(cap, self.replay_fill + n)
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B])."""
+        log_pi = self.model.log_probs(batch["obs"].float(), batch["target"], batch["prev"])  # [B, G, A]
+        log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
+        nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
+        return nll, (log_pi_g.argmax(-1) == batch["action"])
+
+    def _online_metrics(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The belief's predictions made during the rollout, scored against what the co-players did."""
+        others = self.others_mask()  # [T, E, K, N]: observer k and co-player n alive
+        nll = -self.log_pred.gather(-1, self.actions.unsqueeze(2).unsqueeze(-1).expand(-1, -1, self.K, -1, 1)).squeeze(-1)
+        hit = (self.log_pred.argmax(-1) == self.actions.unsqueeze(2)).float()  # [T, E, K, N]
+        t_ep = self.t_in_episode.view(self.T, self.E, 1, 1).expand_as(others)
+        ep = self.episode_idx.view(self.T, self.E, 1, 1).expand_as(others)
+        early = others & (t_ep < EARLY_STEPS)
+
+        def mean(x, m):
+            return (x * m).sum() / m.sum().clamp(min=1)
+
+        out = {"coplayer_action_acc": mean(hit, others), "coplayer_action_nll": mean(nll, others),
+               "coplayer_action_acc_first5": mean(hit, early),
+               "coplayer_action_acc_first5_ep1": mean(hit, early & (ep == 0)),
+               "coplayer_action_acc_first5_later": mean(hit, early & (ep > 0))}
+        glabel = label.unsqueeze(2).expand(-1, -1, self.K, -1)  # [T, E, K, N]
+        gmask = others & (glabel >= 0) & (t_ep >= EARLY_STEPS - 1)  # from the 5th step on
+        if self.n_named:
+            out["coplayer_goal_acc"] = mean((self.belief_probs.argmax(-1) == glabel).float(), gmask)
+            brier, ece = calibration(self.belief_probs[gmask], glabel[gmask], torch.ones_like(glabel[gmask],
+                                     dtype=torch.bool))
+            out["coplayer_goal_brier"], out["coplayer_goal_ece"] = brier, ece
+        return out
+
+    def others_mask(self) -> torch.Tensor:
+        learner_alive = self.active_all[:, :, self.slots]  # [T, E, K]
+        return learner_alive.unsqueeze(-1) & self.belief.others & self.active_all.unsqueeze(2)
+
+    def update(self) -> dict[str, float]:
+        """Push the rollout's labelled pairs into the replay, score the belief's online predictions, then
+        `coplayer.steps` Adam steps on replay mini-batches."""
+        c = self.c
+        with torch.no_grad():
+            label = self.labels()
+            metrics = self._online_metrics(label)
+            fresh = self._pairs(label)
+            if fresh["target"].numel():
+                nll, hit = self._loss(fresh)
+                metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
+            metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))
+            self._push(fresh)
+        if self.trains and self.replay_fill:
+            B = min(c.batch_size, self.replay_fill)
+            for step in range(c.steps):
+                idx = torch.randint(self.replay_fill, (B,), generator=self.sampler).to(self.replay["target"].device)
+                nll, _ = self._loss({k: v[idx] for k, v in self.replay.items()})
+                loss = c.action_weight * nll.mean()
+                if step == 0:
+                    metrics["coplayer_action_loss"] = loss.detach()
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if self.after_backward is not None:
+                    self.after_backward()
+                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                      self.cfg.ppo.max_grad_norm or float("inf"), foreach=True)
+                if not math.isfinite(float(loss.detach() + norm)):
+                    raise NonFiniteError(f"non-finite co-player action loss in co-player step {step + 1}")
+                self.opt.step()
+        return {k: float(v) for k, v in metrics.items()}
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "sampler": self.sampler.get_state(),
+                "replay": {k: v[:self.replay_fill].clone() for k, v in self.replay.items()},
+                "replay_pos": self.replay_pos, "belief": self.belief.state_dict(), "step_count": self.step_count,
+                "partner": self.partner}
+
+    def load_state_dict(self, sd: dict, with_memory: bool) -> None:
+        self.model.load_state_dict(sd["model"])
+        self.opt.load_state_dict(sd["opt"])
+        self.sampler.set_state(sd["sampler"].cpu())
+        n = sd["replay"]["target"].shape[0]
+        for k, v in sd["replay"].items():
+            self.replay[k][:n] = v
+        self.replay_fill, self.replay_pos = n, sd["replay_pos"]
+        if with_memory:
+            self.belief.load_state_dict(sd["belief"])
+            self.step_count, self.partner = sd["step_count"], sd["partner"]
+
+
+class BayesBeliefActor(torch.nn.Module):
+    """An actor that reads the goal belief, for acting outside training (evaluation, crossplay): the belief of its
+    agents (env slots `slots`) about every slot of the env lives here, not in the hidden state, and is updated by
+    `observe(actions, step)` after each env step (the evaluation loops call it); it starts afresh on a batch of
+    new envs and carries each episode's prior as in training."""
+
+    def __init__(self, actor, model: GoalPolicy, cfg, slots: list[int] | None = None):
+        super().__init__()
+        self.actor, self.model, self.cfg = actor, model, cfg
+        self.slots = list(range(model.n_slots)) if slots is None else list(slots)
+        self.hidden_size = actor.hidden_size
+        self.belief: GoalBelief | None = None
+        self.active_all = None
+
+    def forward(self, obs, available=None, hidden=None, reset=None, sequence=False, active=None):
+        from hypermappo.models.actor import ActorOut
+
+        E = obs.shape[0]
+        fresh = reset is not None and bool(reset.all()) and self.active_all is None
+        if self.belief is None or self.belief.log_b.shape[0] != E or fresh:
+            c = self.cfg.coplayer
+            self.belief = GoalBelief(self.model, torch.tensor(self.slots, device=obs.device), self.model.n_slots,
+                                     c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions)
+            self.belief.start(E, obs.device)
+            self.active_all = None
+        if self.active_all is None:
+            self.active_all = torch.ones(E, self.model.n_slots, dtype=torch.bool, device=obs.device)
+        features, _ = self.belief.begin(obs)
+        out = self.actor(torch.cat([obs, features], -1), available, hidden, reset, active=active)
+        return ActorOut(out.dist, out.hidden, out.aux)
+
+    @torch.no_grad()
+    def observe(self, actions: torch.Tensor, step) -> None:
+        """actions [E, N] taken by every slot of the env, `step` the EnvStep they led to."""
+        self.belief.observe(actions.long(), self.active_all, step.terminated | step.truncated)
+        self.active_all = step.active
+
+    def done(self) -> None:
+        """The evaluation is over: the next forward starts a fresh belief."""
+        self.belief = self.active_all = None

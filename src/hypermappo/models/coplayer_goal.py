@@ -1,0 +1,102 @@
+"""Goal-conditioned co-player policy and the Bayesian goal belief over it (HOP's opponent model, batched).
+
+The model pi_psi(a_j | o_i, j, g, a_j_prev) says what co-player j does when it pursues goal g, as seen from the
+learner's own observation o_i, given j's identity and its previous (public) action. Goals are the env's
+`goal_names` plus one learned "other" goal for behaviour that fits none of them; every goal's policy is mixed
+with a uniform floor, so no observed action can drive a goal's likelihood to zero.
+
+The belief over each co-player's goal is a tensor of log-probabilities `[E, K, N, G]` (envs, learner agents,
+agent slots, goals) updated in log space after every observed action:
+
+    b_t(g)  ∝  b_{t-1}(g) * pi(a_{j,t-1} | o_{i,t-1}, j, g, a_{j,t-2})           (`bayes_update`)
+    b_t     <- (1 - h) b_t + h * prior                                          (`switch`: a goal change, hazard h)
+
+and carried into the next episode as its prior, `alpha * prior + (1 - alpha) * posterior` (`carry`). Predictions:
+the partner's next action `sum_g b(g) pi(a | ..., g)` (`predictive`), its goal `argmax_g b(g)`.
+The pure functions below are the whole Bayes arithmetic (tested against hand-computed updates); the class is
+the network.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def bayes_update(log_belief: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
+    """log b [..., G] + log pi(observed action | g) [..., G] -> the normalised log posterior [..., G]."""
+    post = log_belief + log_lik
+    return post - post.logsumexp(-1, keepdim=True)
+
+
+def switch(log_belief: torch.Tensor, prior: torch.Tensor, hazard: float) -> torch.Tensor:
+    """A goal change with probability `hazard` per step, to a goal drawn from `prior` [..., G] (probabilities)."""
+    if hazard <= 0:
+        return log_belief
+    return ((1.0 - hazard) * log_belief.exp() + hazard * prior).clamp(min=1e-30).log()
+
+
+def carry(prior: torch.Tensor, log_posterior: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The next episode's prior: alpha * (the last prior) + (1 - alpha) * (the episode's final posterior)."""
+    return alpha * prior + (1.0 - alpha) * log_posterior.exp()
+
+
+def predictive(log_belief: torch.Tensor, log_pi: torch.Tensor) -> torch.Tensor:
+    """log b [..., G], log pi [..., G, A] -> log p(a) = log sum_g b(g) pi(a | g): [..., A]."""
+    return (log_belief.unsqueeze(-1) + log_pi).logsumexp(-2)
+
+
+class GoalPolicy(nn.Module):
+    """pi_psi(a_j | o_i, j, g, a_j_prev) for every goal g at once: logits [..., G, A].
+
+    The first layer is the sum of three parts (the same function as a linear layer on [o_i, one-hot j, one-hot
+    a_prev]), so the observation's product is computed once per learner agent, not once per co-player."""
+
+    def __init__(self, obs_dim: int, n_slots: int, n_actions: int, n_goals: int, hidden: int, floor: float,
+                 identity_features: list[int] | None = None):
+        super().__init__()
+        keep = torch.ones(obs_dim)
+        keep[list(identity_features or [])] = 0.0  # who is observing: not an input (see EnvSpec.identity_features)
+        self.register_buffer("keep", keep, persistent=False)
+        self.obs_dim, self.n_slots, self.n_actions, self.n_goals, self.floor = obs_dim, n_slots, n_actions, n_goals, floor
+        self.norm = nn.LayerNorm(obs_dim, elementwise_affine=False)
+        self.obs_in = nn.Linear(obs_dim, hidden)
+        # which co-player, relative to the observer ((j - i) mod N): a behaviour seen from one seat is recognised
+        # from another (the learner's own transitions, seen from its partner's seat, train the model of a partner)
+        self.target_in = nn.Embedding(n_slots, hidden)
+        self.prev_in = nn.Embedding(n_actions + 1, hidden)  # its previous action; index A = none seen yet
+        self.body = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_goals * n_actions))
+
+    def _log_probs(self, first: torch.Tensor) -> torch.Tensor:
+        logits = self.body(first).unflatten(-1, (self.n_goals, self.n_actions))
+        logp = logits.log_softmax(-1)
+        if self.floor <= 0:
+            return logp
+        # log((1 - floor) * softmax + floor / A), stably
+        return torch.logaddexp(logp + torch.log1p(torch.tensor(-self.floor)),
+                               torch.full_like(logp, float(torch.log(torch.tensor(self.floor / self.n_actions)))))
+
+    def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
+        -> log pi [B, G, A]."""
+        first = self.obs_in(self.norm(obs * self.keep)) + self.target_in(target) + self.prev_in(prev)
+        return self._log_probs(first)
+
+    def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """obs [E, K, D] (the learner agents' own, in env slots `slots` [K]), prev [E, N] (every slot's previous
+        action, A: none) -> log pi [E, K, N, G, A] for every slot n as a co-player."""
+        o = self.obs_in(self.norm(obs * self.keep))  # [E, K, H]
+        rel = (torch.arange(self.n_slots, device=obs.device) - slots.unsqueeze(-1)) % self.n_slots  # [K, N]
+        first = o.unsqueeze(2) + self.target_in(rel) + self.prev_in(prev).unsqueeze(1)  # [E, K, N, H]
+        return self._log_probs(first)
+
+
+def goal_labels(n_named: int) -> int:
+    """Goals the model has for an env with `n_named` goal_names: those plus "other"."""
+    return n_named + 1
+
+
+def one_hot_mask(slots: torch.Tensor, n: int) -> torch.Tensor:
+    """[K, N] bool: slot n is a co-player of learner agent k (every slot but its own)."""
+    return ~F.one_hot(slots, n).bool()

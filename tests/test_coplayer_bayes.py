@@ -1,0 +1,246 @@
+"""The Bayesian co-player model (models/coplayer_goal.py, algos/coplayer_bayes.py): the belief arithmetic against
+hand-computed Bayes updates, its memory rules (episode prior, partner switch, deaths), the oracle, what the
+predictions read, exact resume, and equivalence to MAPPO when nothing reaches the policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from test_resume import TINY, assert_same, metrics_without_timing, resume_matches_uninterrupted
+
+from hypermappo import config as config_mod
+from hypermappo.algos.coplayer_bayes import GoalBelief, calibration
+from hypermappo.errors import UserError
+from hypermappo.experiment import Experiment
+from hypermappo.models.coplayer_goal import bayes_update, carry, predictive, switch
+
+BAYES = ["coplayer.enabled=true", "coplayer.hidden=16", "model.hidden_sizes=[16,16]", "coplayer.replay_size=512",
+         "coplayer.steps=2", "coplayer.batch_size=64"]
+
+
+def _cfg(extra=(), steps: int = 160):
+    return config_mod.build_config("staghunt/default", [*TINY, f"total_env_steps={steps}", *extra])
+
+
+class Planted:
+    """A goal model whose log pi [E, K, N, G, A] is set by the test."""
+
+    def __init__(self, log_pi: torch.Tensor):
+        self.log_pi = log_pi
+        self.n_goals, self.n_actions, self.n_slots = log_pi.shape[-2], log_pi.shape[-1], log_pi.shape[2]
+
+    def all_coplayers(self, obs, prev, slots):
+        return self.log_pi
+
+
+# --------------------------------------------------------------------------- the arithmetic
+
+
+def _normalised(xs):
+    s = sum(xs)
+    return [x / s for x in xs]
+
+
+def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_partner_reset():
+    """Three goals, two observed actions, the episode's end with alpha, then a partner switch in one env."""
+    # pi(a | g) for 2 actions, the same at both steps: goal 0 plays a0 w.p. 0.7, goal 1 w.p. 0.2, goal 2 w.p. 0.5
+    pi = torch.tensor([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
+    log_pi = pi.log().view(1, 1, 1, 3, 2).expand(2, 1, 2, 3, 2).clone()  # E=2, K=1 (slot 0), N=2
+    alpha, hazard = 0.25, 0.1
+    b = GoalBelief(Planted(log_pi), torch.tensor([0]), 2, alpha=alpha, hazard=hazard, persistent=True)
+    b.start(2, "cpu")
+    active = torch.ones(2, 2, dtype=torch.bool)
+    no_end = torch.zeros(2, dtype=torch.bool)
+
+    prior = [1 / 3] * 3
+    want = prior
+    for step, a in enumerate([0, 1]):
+        feats, log_pred = b.begin(torch.zeros(2, 1, 4))
+        # the predictive distribution before the move: sum_g b(g) pi(a | g)
+        p_a0 = sum(w * float(pi[g, 0]) for g, w in enumerate(want))
+        assert math.isclose(float(log_pred[0, 0, 1, 0].exp()), p_a0, rel_tol=1e-6)
+        # features: [b(slot 0), b(slot 1)] (3 each), then [p(a | slot 0), p(a | slot 1)] (2 each)
+        assert torch.equal(feats[0, 0, :3], torch.zeros(3)) and torch.equal(feats[0, 0, 6:8], torch.zeros(2)), \
+            "the learner's own slot carries no belief"
+        assert feats[0, 0, 3:6].tolist() == pytest.approx(want, abs=1e-6)
+        b.observe(torch.tensor([[0, a], [0, a]]), active, no_end)
+        post = _normalised([w * float(pi[g, a]) for g, w in enumerate(want)])
+        want = [(1 - hazard) * p + hazard * q for p, q in zip(post, prior)]  # a goal change drawn from the prior
+        got = b.log_b[0, 0, 1].exp().tolist()
+        assert got == pytest.approx(want, abs=1e-6), f"step {step + 1}"
+        assert sum(got) == pytest.approx(1.0, abs=1e-6)
+    # the episode ends in env 0 only: its next prior is alpha * prior + (1 - alpha) * posterior
+    b.observe(torch.tensor([[0, 0], [0, 0]]), torch.zeros(2, 2, dtype=torch.bool), torch.tensor([True, False]))
+    carried = [alpha * q + (1 - alpha) * p for p, q in zip(want, prior)]
+    assert b.prior[0, 0, 1].tolist() == pytest.approx(carried, abs=1e-6)
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(carried, abs=1e-6), "the new episode starts at its prior"
+    assert b.prior[1, 0, 1].tolist() == pytest.approx(prior, abs=1e-6), "env 1's episode goes on"
+    assert b.log_b[1, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6), "nobody alive: no update"
+    assert b.episode_index.tolist() == [1, 0]
+    # a new partner in env 0: back to the uniform prior; env 1 keeps its belief
+    b.reset(torch.tensor([True, False]))
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(prior, abs=1e-6)
+    assert b.prior[0, 0, 1].tolist() == pytest.approx(prior, abs=1e-6)
+    assert b.log_b[1, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6)
+
+
+def test_memory_off_restarts_every_episode_from_the_uniform_prior():
+    pi = torch.tensor([[0.9, 0.1], [0.1, 0.9]]).log().view(1, 1, 1, 2, 2).expand(1, 1, 2, 2, 2)
+    b = GoalBelief(Planted(pi), torch.tensor([0]), 2, alpha=0.0, hazard=0.0, persistent=False)
+    b.start(1, "cpu")
+    b.begin(torch.zeros(1, 1, 3))
+    b.observe(torch.tensor([[0, 0]]), torch.ones(1, 2, dtype=torch.bool), torch.tensor([True]))
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx([0.5, 0.5])
+
+
+def test_the_pure_functions():
+    lb = torch.tensor([0.5, 0.25, 0.25]).log()
+    lik = torch.tensor([0.1, 0.4, 0.2]).log()
+    assert bayes_update(lb, lik).exp().tolist() == pytest.approx([0.05 / 0.2, 0.1 / 0.2, 0.05 / 0.2])
+    prior = torch.tensor([0.2, 0.3, 0.5])
+    assert switch(lb, prior, 0.5).exp().tolist() == pytest.approx([0.35, 0.275, 0.375])
+    assert carry(prior, lb, 0.8).tolist() == pytest.approx([0.8 * 0.2 + 0.2 * 0.5, 0.8 * 0.3 + 0.05, 0.8 * 0.5 + 0.05])
+    lpi = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]).log()
+    assert predictive(lb, lpi).exp().tolist() == pytest.approx([0.45 + 0.05 + 0.125, 0.05 + 0.2 + 0.125])
+
+
+def test_calibration_brier_and_ece_by_hand():
+    prob = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    label = torch.tensor([0, 1, 1])
+    brier, ece = calibration(prob, label, torch.ones(3, dtype=torch.bool))
+    assert float(brier) == pytest.approx(((0.1 ** 2 * 2) + (0.6 ** 2 * 2) + (0.3 ** 2 * 2)) / 3)
+    # bins: 0.9 (right), 0.6 (wrong), 0.7 (right): |0.9 - 1| + |0.6 - 0| + |0.7 - 1| over 3
+    assert float(ece) == pytest.approx((0.1 + 0.6 + 0.3) / 3)
+
+
+# --------------------------------------------------------------------------- the oracle
+
+
+def test_with_oracle_goal_policies_the_belief_concentrates_on_a_scripted_partners_true_goal():
+    from hypermappo.algos.coplayer_oracle import OracleGoalPolicy
+    from hypermappo.envs.staghunt import StagHuntVecEnv
+    from hypermappo.policies.scripted import ScriptedContext, get_scripted
+
+    for rule, goal in (("staghunt_stag", 0), ("staghunt_hare", 1), ("staghunt_follow", 2)):
+        env = StagHuntVecEnv(32, observation="partial", view_radius=4)
+        oracle = OracleGoalPolicy(env, floor=0.05)
+        b = GoalBelief(oracle, torch.tensor([0]), 2, alpha=0.5, hazard=0.02, persistent=True)
+        b.start(32, "cpu")
+        s = env.reset(seed=1)
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(10):
+            oracle.set_step(s)
+            b.begin(s.obs[:, :1])
+            partner = get_scripted(rule)(s, ScriptedContext(env, torch.tensor([1]), gen, {}))
+            me = torch.randint(5, (32, 1), generator=gen)
+            actions = torch.cat([me, partner], 1)
+            nxt = env.step(actions)
+            b.observe(actions, s.active, nxt.terminated | nxt.truncated)
+            s = nxt
+        posterior = b.log_b[:, 0, 1].exp()  # [E, G]
+        assert (posterior.argmax(-1) == goal).float().mean() >= 0.9, rule
+        assert float(posterior[:, goal].mean()) > 0.8, rule
+
+
+# --------------------------------------------------------------------------- in a run
+
+
+def test_predictions_use_only_the_learners_own_observation_and_public_actions(tmp_path):
+    """Changing agent 1's (a co-player's private) observation leaves agent 0's belief features and predictions
+    unchanged; agent 1's do change (the check is not vacuous)."""
+    exp = Experiment(_cfg([*BAYES, "coplayer.feed=policy"]), tmp_path / "run", quiet=True)
+    exp._start_episodes()
+    g, s = exp.groups[0], exp.last
+    other = dataclasses.replace(s, obs=s.obs.clone())
+    other.obs[:, 1] += torch.randn(other.obs[:, 1].shape, generator=torch.Generator().manual_seed(3))
+    got = []
+    for step in (s, other):
+        g.start(step)
+        exp._learner_act(g, step, 0)
+        got.append((g.learner.coplayer.log_pred[0].clone(), g.learner.buffer.obs[0].clone()))
+    assert torch.equal(got[0][0][:, 0], got[1][0][:, 0])
+    assert not torch.allclose(got[0][0][:, 1], got[1][0][:, 1])
+    D = exp.spec.obs_dim
+    assert torch.equal(got[0][1][:, 0, D:], got[1][1][:, 0, D:]), "the features agent 0's actor reads"
+
+
+def test_a_partner_switch_resets_only_that_envs_belief(tmp_path):
+    exp = Experiment(_cfg(BAYES), tmp_path / "run", quiet=True)
+    exp._start_episodes()
+    cp, obs = exp.groups[0].learner.coplayer, exp.last.obs
+    E = obs.shape[0]
+    partner = torch.zeros(E, 2, dtype=torch.long)
+    cp.act(0, obs, torch.zeros(E, 2, dtype=torch.bool), partner)
+    cp.belief.log_b = torch.log_softmax(torch.randn(cp.belief.log_b.shape), -1)  # some evidence
+    before = cp.belief.log_b.clone()
+    switched = partner.clone()
+    switched[1, 1] = 3
+    cp.act(1, obs, torch.zeros(E, 2, dtype=torch.bool), switched)
+    uniform = torch.full_like(before[1], 1.0 / cp.G)
+    assert torch.allclose(cp.belief.log_b[1].exp(), uniform)
+    assert torch.equal(cp.belief.log_b[0], before[0]) and torch.equal(cp.belief.log_b[2:], before[2:])
+
+
+def test_scripted_labels_and_a_fixed_partner_is_learnt(tmp_path):
+    groups = ("groups=[{name: me, agents: [0]}, {name: other, agents: [1], kind: scripted, policy: staghunt_hare}]")
+    cfg = [o for o in BAYES if not o.startswith("coplayer.steps")]
+    exp = Experiment(_cfg([*cfg, groups, "coplayer.lr=0.01", "coplayer.steps=20"], steps=400), tmp_path / "run",
+                     quiet=True)
+    exp.run()
+    cp = exp.groups[0].learner.coplayer
+    label = cp.labels()
+    assert (label[:, :, 1] == 1).all(), "the hare rule's own target labels every one of its steps"
+    rows = metrics_without_timing(tmp_path / "run")
+    fit = [float(r["me/coplayer_fit_acc"]) for r in rows]
+    assert fit[-1] > 0.6 and fit[-1] > fit[0] + 0.2, fit
+
+
+@pytest.mark.parametrize("extra", [["coplayer.action_weight=0"], []])
+def test_without_a_belief_fed_to_the_policy_the_run_equals_plain_mappo(tmp_path, extra):
+    Experiment(_cfg(["model.hidden_sizes=[16,16]"]), tmp_path / "plain", quiet=True).run()
+    Experiment(_cfg([*BAYES, *extra]), tmp_path / "cp", quiet=True).run()
+    plain, cp = metrics_without_timing(tmp_path / "plain"), metrics_without_timing(tmp_path / "cp")
+    for p, c in zip(plain, cp, strict=True):
+        assert {k: v for k, v in c.items() if not k.startswith("coplayer_")} == p
+    got = torch.load(tmp_path / "cp" / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    want = torch.load(tmp_path / "plain" / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    for key in ("actor", "critic", "algo", "rng"):
+        assert_same(got[key], want[key], key)
+
+
+def test_resume_mid_episode_with_the_belief_fed_equals_the_uninterrupted_run(tmp_path):
+    resume_matches_uninterrupted(tmp_path, "staghunt/default", [*BAYES, "coplayer.feed=policy"])
+    got = torch.load(tmp_path / "resumed" / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    want = torch.load(tmp_path / "full" / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    assert_same(got["coplayer"], want["coplayer"], "coplayer")
+
+
+def test_hyper_context_reads_the_goal_belief_and_passes_the_audit(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    Experiment(_cfg([*BAYES, "actor=hyper", "hyper.context=[coplayer]", "hyper.hidden=16"], steps=200), run,
+               quiet=True).run()
+    audit = json.loads((run / "summary.json").read_text())["audit"]
+    assert audit["passed"], audit
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["coplayer.enabled=true", "coplayer.goal_weight=1"], r"coplayer.goal_weight=1.0 has no effect: it is read by "
+                                                         r"coplayer.model=gru"),
+    (["coplayer.enabled=true", "coplayer.model=gru", "coplayer.hazard=0.1"], r"coplayer.hazard=0.1 has no effect"),
+    (["coplayer.enabled=true", "coplayer.memory=episode", "coplayer.prior_weight=0.9"],
+     r"coplayer.prior_weight=0.9 has no effect: it weighs the prior carried across episodes"),
+])
+def test_bayes_config_mistakes_are_one_line_errors(overrides, expected):
+    with pytest.raises(UserError, match=expected):
+        config_mod.build_config("staghunt/default", overrides)
+
+
+def test_an_env_without_public_actions_is_a_one_line_error(tmp_path):
+    with pytest.raises(UserError, match=r"coplayer.model=bayes: env 'mpe:simple_spread' does not declare public"):
+        Experiment(config_mod.build_config("mpe/simple_spread", [*TINY, "total_env_steps=40", *BAYES]),
+                   tmp_path / "run", quiet=True)
