@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint lint-imports clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,8 +16,12 @@ demo: $(VENV)/.installed
 
 # one pytest worker per core, at most 4 (each compiles its own graphs: ~1 GB), tests handed out as workers free up
 TEST_WORKERS ?= auto --maxprocesses 4
-test: $(VENV)/.installed
+test: lint-imports
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# the package's layers and no import cycles (pyproject.toml, [tool.importlinter]); about a second
+lint-imports: $(VENV)/.installed
+	$(VENV)/bin/lint-imports --no-cache
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
