@@ -1,9 +1,9 @@
-# The two set-up commands: `make demo` and `make test`. Both create .venv when missing.
+# The two set-up commands: `make demo` and `make test`. Both create .venv when missing. `make docs` builds the site.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test lint lint-imports clean
+.PHONY: demo test lint lint-imports docs docs-serve clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,5 +26,17 @@ lint-imports: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# the documentation site, built with every warning an error into site/; its reference and benchmark pages are
+# generated on each build from the code and benchmarks/results/ (docs/gen_ref.py, a MkDocs hook)
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PIP) -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 clean:
-	rm -rf $(VENV) runs report
+	rm -rf $(VENV) runs report site build

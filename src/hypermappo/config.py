@@ -253,6 +253,8 @@ class DiagnosticsConfig:
 
 @dataclass
 class LogConfig:
+    """Where a run logs besides metrics.csv (always written): TensorBoard, Weights & Biases, the progress line."""
+
     tensorboard: bool = opt(True, "write TensorBoard events to RUN_DIR/tb")
     wandb: bool = opt(False, "log to Weights & Biases (needs `pip install wandb`)")
     wandb_project: str = opt("hypermappo", "W&B project name")
@@ -293,7 +295,7 @@ class Config:
     groups: list = opt([], "policy groups: agent slots -> named groups, each a learner (own actor, critic, optimiser; "
                            "optional actor/model/critic/ppo/hyper overrides), scripted (policy, params) or frozen "
                            "(run_dir), with an optional switch schedule; empty = one learner of all agents "
-                           "(see README, Policy groups)")
+                           "(see docs/guides/policy-groups.md)")
 
 
 # --------------------------------------------------------------------------- parsing / checking
