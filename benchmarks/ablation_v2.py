@@ -31,8 +31,8 @@ resampled independently per arm) -- "significant" means that CI excludes 0.
     python benchmarks/ablation_v2.py --report-only        # table + plot from the finished runs
 Runs are resumable: a run with a summary.json is not rerun.
 
-The grid of issue 18 (specialisation game at n = 16 with ppo.gamma=0, the switching-partner stag hunt; README,
-"Hyper-MAPPO ablation v3"):
+The v3 grid (specialisation game at n = 16 with ppo.gamma=0, the switching-partner stag hunt; the docs'
+benchmark page "Ablation v3"):
 
     python benchmarks/ablation_v2.py --tasks spec --n 16 --spec-steps 150000 --spec-gamma 0 --diag-every 10 \
         --grad-cos-samples 1 --variants mappo_shared,mappo_separate,hyper_id,hyper_id_attn,hyper_id_gru,\
@@ -216,7 +216,7 @@ def not_run_reasons(task: str, missing: list[str]) -> dict[str, list[str]]:
 
 def prior_tables(args) -> dict:
     """{task: {variant: entry}} of an earlier run's JSON, for the variants named by --prior-variants only: those
-    whose resolved config this code leaves unchanged (an observation context's size defaults changed in issue 17,
+    whose resolved config this code leaves unchanged (an observation context's size defaults changed on 2026-11-24,
     so its earlier runs are not comparable)."""
     if not args.prior:
         return {}

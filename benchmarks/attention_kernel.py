@@ -8,7 +8,7 @@ side in one process.
           last layer generated) on the compiled path at the paper's settings (VMAS simple_spread, E = 1024), with
           the vector kernel and with the scalar one (the compiled graphs call the kernel through a torch op, so the
           two builds are swapped under the same graphs), and compiled MAPPO's step in the same rounds: the ratio
-          issue 17 asks about (Hyper-MAPPO's env-steps/s over MAPPO's, >= 0.667 = within 1.5x of its time).
+          the speed target is about (Hyper-MAPPO's env-steps/s over MAPPO's, >= 0.667 = within 1.5x of its time).
 
 Medians over rounds, ratios within a round [range]; compile excluded (every variant runs twice first).
 

@@ -1,4 +1,4 @@
-"""Issue 17's floor ratio measured in one process: MAPPO compiled (collection + update) against the eager update
+"""The compiled / eager-floor ratio measured in one process: MAPPO compiled (collection + update) against the eager update
 alone, at the MAPPO paper's settings (VMAS simple_spread, E = 1024, T = 25, 10 epochs, 1 mini-batch, 64x64).
 
 speed_vs_peers.py takes this ratio between two fresh processes of a round; on this machine the speed of adjacent

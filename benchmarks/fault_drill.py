@@ -269,7 +269,7 @@ def worker_exception(tmp: Path) -> dict:
     row["resume_exit"] = r.returncode
     row["resume_said"] = next((ln for ln in lines(r.stderr) if "resum" in ln.lower()), "")
     row["resumed"] = r.returncode == 0 and len(rows(run_dir)) == UPDATES
-    # a PettingZoo env cannot save its state: resume starts fresh episodes (README), so not bit-identical
+    # a PettingZoo env cannot save its state: resume starts fresh episodes (docs/guides/workflow.md), so not bit-identical
     row["identical"] = "n/a (env state not saveable)"
     return row
 

@@ -43,7 +43,7 @@ def run_one(algo: str, seed: int, args) -> dict:
                f"eval_at_steps={','.join(str(m) for m in args.milestones)}", "eval_interval=0",
                f"eval_episodes={args.eval_episodes}", "checkpoint_interval=500", "log.tensorboard=false",
                f"torch_threads={args.threads}",
-               "ppo.compile=off",  # the README's figures were measured eager (compiled runs differ at float level)
+               "ppo.compile=off",  # the published figures were measured eager (compiled runs differ at float level)
                "--quiet"]
         t = time.time()
         subprocess.run(cmd, check=True, cwd=ROOT)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 from throughput import VARIANTS, case, machine, run_worker  # noqa: E402
 
 RESULTS = HERE / "results"
-DEFAULT = 16384  # the size the Hyper-MAPPO rows run at (the config default is 0, off: see the README)
+DEFAULT = 16384  # the size the Hyper-MAPPO rows run at (the config default is 0, off: see docs/guides/compiled.md)
 
 
 def rows_for(sizes: list[int], threads: int) -> list[dict]:

@@ -6,7 +6,7 @@ for (HYPERMAPPO_OBS_CONTEXT_KERNEL=0), side by side in one process.
           layers): forward, and forward + backward, eager modules against the kernel, in turn each round.
   step    one training step (collection + update) of Hyper-MAPPO with the observation context (the defaults) at the
           paper's settings (VMAS simple_spread, E = 1024), compiled (`ppo.compile=on`) and eager, with the kernel
-          and with the modules, and compiled MAPPO's step in the same rounds: the ratio issue 17 asks about
+          and with the modules, and compiled MAPPO's step in the same rounds: the ratio the speed target is about
           (Hyper-MAPPO's env-steps/s over MAPPO's, >= 0.667 = within 1.5x of its time).
 
 Every experiment lives in this one process (each compiled with its own graphs), and a round steps each once in

@@ -75,7 +75,7 @@ def run_one(method: str, seed: int, args) -> Path:
         shutil.rmtree(run_dir)
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", "staghunt/egocentric",
            groups_override(method, args.switch_step), f"seed={seed}", f"total_env_steps={args.steps}",
-           "ppo.compile=off",  # the README's figures were measured eager (compiled runs differ at float level)
+           "ppo.compile=off",  # the published figures were measured eager (compiled runs differ at float level)
            f"run_dir={run_dir}", "eval_interval=50", "eval_episodes=64", "checkpoint_interval=0",
            "log.tensorboard=false", "log.progress=false", "diagnostics.every=0", "torch_threads=1"]
     t = time.time()

@@ -478,7 +478,7 @@ def test_agent_id_context_gives_each_agent_its_own_policy(overrides):
 ])
 def test_hypernetwork_sizes_default_by_context(tmp_path, overrides, want):
     """`auto` sizes: an observation context costs a hypernetwork pass per sample, so it defaults to the lean setting
-    (README: within 1.5x of MAPPO per env step); the resolved values are what the run's config.yaml records."""
+    (docs: within 1.5x of MAPPO per env step); the resolved values are what the run's config.yaml records."""
     cfg = build_config(None, ["actor=hyper", *overrides, f"run_dir={tmp_path / 'r'}"])
     h = cfg.hyper
     assert (h.layers, h.hidden, h.rank, h.obs_embed_dim) == want
