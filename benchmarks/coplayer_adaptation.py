@@ -45,6 +45,10 @@ GAMES = {
                  "partners": {"stag": "scripted:staghunt_stag", "hare": "scripted:staghunt_hare",
                               "follower": "scripted:staghunt_follow", "random": "scripted:random",
                               "learned": "LEARNED"}},
+    "snowdrift": {"preset": "staghunt/snowdrift",
+                  "partners": {"drift": "scripted:staghunt_stag", "hare": "scripted:staghunt_hare",
+                               "follower": "scripted:staghunt_follow", "random": "scripted:random",
+                               "learned": "LEARNED"}},
     "coingame": {"preset": str(ROOT / "benchmarks" / "coingame.yaml"),
                  "partners": {"cooperative": "scripted:coin_cooperative", "selfish": "scripted:coin_selfish",
                               "random": "scripted:random", "learned": "LEARNED"}},
@@ -53,9 +57,13 @@ GAMES = {
 # model (models/coplayer.py) predicts the partner's next action and goal (staghunt: stag / hare; coin game: own /
 # other coin) from the learner's own observations; its memory persists across episodes while the partner stays
 # the same (reset when the population draws another member).
-COPLAYER = ["coplayer.enabled=true", "coplayer.action_weight=1.0", "coplayer.goal_weight=1.0",
+COPLAYER = ["coplayer.enabled=true", "coplayer.model=gru", "coplayer.action_weight=1.0", "coplayer.goal_weight=1.0",
             "coplayer.memory=persistent"]
 VARIANTS = {
+    # partner inference: the Bayesian goal belief with nothing but coplayer.enabled=true (its defaults are what is
+    # judged), and the recurrent predictor with enough optimisation to converge (10 passes per rollout)
+    "bayes": ("actor: mlp", ["coplayer.enabled=true"]),
+    "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),
     "mappo+cpm-fed": ("actor: mlp", [*COPLAYER, "coplayer.feed=policy"]),
@@ -69,7 +77,9 @@ COMMON = ["checkpoint_interval=0", "log.tensorboard=false", "log.progress=false"
 def member(spec: str) -> str:
     """A partner spec (scripted:NAME or RUN#GROUP) as a population member mapping in YAML flow style."""
     if spec.startswith("scripted:"):
-        return f"{{policy: {spec[len('scripted:'):]}}}"
+        name, *params = spec[len("scripted:"):].split("@")
+        settings = ", ".join(f"{k}: {v}" for k, v in (p.split("=", 1) for p in params))
+        return f"{{policy: {name}" + (f", params: {{{settings}}}}}" if settings else "}")
     run_dir, _, group = spec.partition("#")
     return f"{{run_dir: '{run_dir}', group: {group}}}"
 
@@ -128,6 +138,12 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
            "--out", str(run_dir / "heldout")]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                    env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
+    if any(o.startswith("coplayer.enabled=true") for o in VARIANTS[variant][1]):  # in-distribution: the partners
+        seen = [spec for name, spec in partners.items() if name != held_out]  # it trained with
+        cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", *seen, "--episodes",
+               str(args.k), "--num-envs", str(args.eval_envs), "--memory", "on", "--out", str(run_dir / "seen")]
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
     (run_dir / "heldout" / "timing.json").write_text(json.dumps({"train_s": t_train,
                                                                  "eval_s": time.time() - t - t_train}))
     print(f"[done] {game} {variant} -{held_out} seed {seed}: train {t_train:.0f}s, eval "
@@ -303,6 +319,146 @@ def main() -> None:
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(lambda job: run_one(*job, args), jobs))
     report(args, seeds)
+    inference_report(args, seeds)
+
+
+# ----------------------------------------------------------------------------- partner inference (accuracy)
+EARLY = 5  # "the first steps of an episode"
+
+
+def _first_steps(r: dict, name: str) -> np.ndarray:
+    """[K] mean accuracy over the first EARLY steps of each episode index."""
+    cells = np.array(r[name]["by_episode_step"], dtype=float)  # [K, T]
+    return np.nanmean(cells[:, :EARLY], 1)
+
+
+def _bootstrap_ci(x: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    means = rng.choice(x, (n, x.size), replace=True).mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | None:
+    """Per (seed, held-out partner): the held-out and in-distribution accuracies of one model variant."""
+    rows = []
+    for seed in seeds:
+        for held_out in GAMES[game]["partners"]:
+            run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}"
+            path = run_dir / "heldout" / "adaptation.json"
+            if not path.exists():
+                continue
+            results = {r["memory"]: r for r in json.loads(path.read_text())["results"]}
+            on, off = results.get(True), results.get(False)
+            if on is None or "action_accuracy" not in on:
+                continue
+            row = {"seed": seed, "held_out": held_out, "action_acc": on["action_accuracy"]["overall"],
+                   "goal_acc_from5": float(np.nanmean(np.array(on["goal_accuracy"]["by_step"], dtype=float)[EARLY - 1:]))
+                   if "goal_accuracy" in on else float("nan"),
+                   "nll": on["action_nll"]["overall"] if "action_nll" in on else float("nan")}
+            for base in ("repeat", "frequent", "oracle"):
+                key = f"{base}_action_accuracy"
+                row[f"{base}_acc"] = on[key]["overall"] if key in on else float("nan")
+            first_on = _first_steps(on, "action_accuracy")
+            row["first5_ep1"], row["first5_later_on"] = float(first_on[0]), float(np.nanmean(first_on[1:]))
+            row["by_step"] = on["action_accuracy"]["by_step"]
+            row["by_episode"] = on["action_accuracy"]["by_episode"]
+            if "oracle_action_accuracy" in on:
+                row["oracle_by_step"] = on["oracle_action_accuracy"]["by_step"]
+            if off is not None:
+                row["first5_later_off"] = float(np.nanmean(_first_steps(off, "action_accuracy")[1:]))
+            seen = run_dir / "seen" / "adaptation.json"
+            if seen.exists():
+                row["seen_action_acc"] = float(np.mean([r["action_accuracy"]["overall"]
+                                                        for r in json.loads(seen.read_text())["results"]]))
+            rows.append(row)
+    return rows or None
+
+
+def inference_report(args, seeds: list[int]) -> None:
+    models = [v for v in ("bayes", "gru") if v in VARIANTS]
+    lines, out_json = [], {}
+    for game in args.games:
+        per = {v: inference_rows(game, v, args, seeds) for v in models}
+        per = {v: r for v, r in per.items() if r}
+        if not per:
+            continue
+        out_json[game] = per
+        folds = list(GAMES[game]["partners"])
+        lines += [f"### {game}: action-prediction accuracy against held-out partners (leave-one-out, memory on, "
+                  f"mean over the K = {args.k} episodes)", "",
+                  "| held-out partner | " + " | ".join(f"{v}" for v in per) + " | repeat last | most frequent | "
+                  "oracle (Bayes over the env's rules) | goal acc from step 5 (bayes) |",
+                  "|---|" + "---|" * (len(per) + 4)]
+        ref = per.get("bayes") or next(iter(per.values()))
+        for h in folds + ["mean"]:
+            def cell(rows, key, h=h):
+                xs = np.array([r[key] for r in rows if h == "mean" or r["held_out"] == h], dtype=float)
+                return f"{np.nanmean(xs):.2f} ± {np.nanstd(xs):.2f}" if xs.size else "n/a"
+            lines.append(f"| {h} | " + " | ".join(cell(rows, "action_acc") for rows in per.values()) +
+                         f" | {cell(ref, 'repeat_acc')} | {cell(ref, 'frequent_acc')} | {cell(ref, 'oracle_acc')} | "
+                         f"{cell(per['bayes'], 'goal_acc_from5') if 'bayes' in per else 'n/a'} |")
+        lines.append("")
+        for v, rows in per.items():
+            seen = np.array([r.get("seen_action_acc", np.nan) for r in rows], dtype=float)
+            nll = np.array([r["nll"] for r in rows], dtype=float)
+            lines.append(f"- {v}: in-distribution action accuracy (the training partners, memory on) "
+                         f"{np.nanmean(seen):.2f}; held-out NLL {np.nanmean(nll):.3f} (uniform: ln 5 = 1.609)")
+            d_on = np.array([r["first5_later_on"] - r["first5_ep1"] for r in rows])
+            d_mem = np.array([r["first5_later_on"] - r.get("first5_later_off", np.nan) for r in rows], dtype=float)
+            d_mem = d_mem[~np.isnan(d_mem)]
+            if d_on.size > 1:
+                lo, hi = _bootstrap_ci(d_on)
+                lines.append(f"  - first {EARLY} steps, episodes 2..K minus episode 1 (memory on): {d_on.mean():+.3f} "
+                             f"(95% bootstrap CI {lo:+.3f} to {hi:+.3f}, {d_on.size} seed x fold pairs)")
+            if d_mem.size > 1:
+                lo, hi = _bootstrap_ci(d_mem)
+                lines.append(f"  - first {EARLY} steps of episodes 2..K, memory on minus off: {d_mem.mean():+.3f} "
+                             f"(95% CI {lo:+.3f} to {hi:+.3f})")
+        lines.append("")
+    if not lines:
+        return
+    out = Path(args.out).with_name("coplayer_inference")
+    meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs, "K": args.k,
+            "eval_envs": args.eval_envs, "partners": {g: GAMES[g]["partners"] for g in args.games},
+            "variants": {v: VARIANTS[v] for v in models}}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": out_json}, indent=2))
+    text = "\n".join(lines) + "\n" + args.note
+    out.with_suffix(".md").write_text(text)
+    print(text)
+    plot_inference(out_json, args, out.with_suffix(".png"))
+
+
+def plot_inference(data: dict, args, path: Path) -> None:
+    """Held-out action accuracy per step of the episode and per episode index, per game and model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not data:
+        return
+    fig, axes = plt.subplots(2, len(data), figsize=(6 * len(data), 8), squeeze=False)
+    for col, (game, per) in enumerate(data.items()):
+        for i, (variant, rows) in enumerate(per.items()):
+            steps = np.nanmean(np.array([r["by_step"] for r in rows], dtype=float), 0)
+            axes[0, col].plot(np.arange(1, steps.size + 1), steps, color=f"C{i}", label=variant)
+            eps = np.nanmean(np.array([r["by_episode"] for r in rows], dtype=float), 0)
+            axes[1, col].plot(np.arange(1, eps.size + 1), eps, "o-", color=f"C{i}", label=variant)
+        oracle = [r["oracle_by_step"] for rows in per.values() for r in rows if "oracle_by_step" in r]
+        if oracle:
+            o = np.nanmean(np.array(oracle, dtype=float), 0)
+            axes[0, col].plot(np.arange(1, o.size + 1), o, "k--", label="oracle")
+        axes[0, col].set_title(f"{game}: held-out action accuracy per step (episodes 1..K)")
+        axes[0, col].set_xlabel("step of the episode")
+        axes[1, col].set_title(f"{game}: held-out action accuracy per episode index (memory on)")
+        axes[1, col].set_xlabel("episode index k")
+        for ax in axes[:, col]:
+            ax.set_ylabel("accuracy")
+            ax.set_ylim(0, 1)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

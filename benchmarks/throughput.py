@@ -109,10 +109,13 @@ JAXMARL_SPS = 45_000  # JaxMARL's compiled figure on a 2-core CPU like ours (des
 TWO_GROUPS = ("mappo-2groups", "staghunt", 1024)
 TWO_GROUPS_OVERRIDES = ["groups=[{name: h0, agents: [0]}, {name: h1, agents: [1]}]"]
 # issue 15: the co-player model (action head, episode memory) next to MAPPO; the issue asks <= 1.3x MAPPO's time
-COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: GRU 32 (default), action head, trained 1 pass"),
+COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: Bayesian goal belief (the default)"),
             "mappo-coplayer-fed": (["coplayer.enabled=true", "coplayer.feed=policy"],
-                                   "as mappo-coplayer, belief appended to the actor's input")}
-COPLAYER_AT = [("mpe:simple_spread", 1024), ("staghunt", 1024)]
+                                   "as mappo-coplayer, goal posteriors and predicted moves appended to the actor's "
+                                   "input"),
+            "mappo-coplayer-gru": (["coplayer.enabled=true", "coplayer.model=gru"],
+                                   "co-player model: GRU predictor, action head, trained 1 pass")}
+COPLAYER_AT = [("staghunt", 1024)]  # the Bayesian model needs public actions (mpe does not declare them)
 # issue 16: MADDPG at its default maddpg.* settings (a gradient step of batch 1024 per 100 env steps), without the
 # warm-up so every timed update is steady state; Box actions as BenchMARL runs VMAS tasks (benchmarks/peers/)
 MADDPG = ["algo=maddpg", "actor=mlp", "maddpg.warmup_steps=0"]

@@ -244,3 +244,24 @@ def test_an_env_without_public_actions_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match=r"coplayer.model=bayes: env 'mpe:simple_spread' does not declare public"):
         Experiment(config_mod.build_config("mpe/simple_spread", [*TINY, "total_env_steps=40", *BAYES]),
                    tmp_path / "run", quiet=True)
+
+
+def test_the_partner_model_does_not_read_who_is_observing():
+    """The env's identity features (the stag hunt's one-hot own id) are not an input: the same view from the other
+    seat gives the same goal policies."""
+    from hypermappo.envs.staghunt import StagHuntVecEnv
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    env = StagHuntVecEnv(3, observation="partial", view_radius=4)
+    obs = env.reset(seed=0).obs[:, :1]  # [E, 1, D]
+    swapped = obs.clone()
+    ids = env.spec.identity_features
+    swapped[..., ids] = swapped[..., ids].flip(-1)  # "I am hunter 1"
+    torch.manual_seed(0)
+    model = GoalPolicy(env.spec.obs_dim, 2, 5, 4, 16, 0.05, ids)
+    prev = torch.full((3, 2), 5)
+    slots = torch.tensor([0])
+    assert torch.equal(model.all_coplayers(obs, prev, slots), model.all_coplayers(swapped, prev, slots))
+    other = obs.clone()
+    other[..., -5] += 1.0  # a change in the window is read
+    assert not torch.equal(model.all_coplayers(obs, prev, slots), model.all_coplayers(other, prev, slots))

@@ -231,12 +231,12 @@ class CoplayerConfig:
                                  "slot (self as a model of others), so goals no training partner pursued are modelled")
     replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
                            min=1)
-    steps: int = opt(16, "bayes: Adam steps on replay mini-batches per update", min=1)
+    steps: int = opt(32, "bayes: Adam steps on replay mini-batches per update", min=1)
     batch_size: int = opt(512, "bayes: samples per Adam step", min=1)
     feed: str = opt("none", "policy = append the belief to the actor's input (bayes: every co-player's goal "
                             "posterior and predicted action distribution; gru: its embedding)",
                     choices=["none", "policy"])
-    hidden: int = opt(64, "hidden width (gru: the GRU size = belief size)", min=1)
+    hidden: int = opt(128, "hidden width (gru: the GRU size = belief size)", min=1)
     lr: float = opt(1e-3, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
     epochs: int = opt(1, "gru: passes over each rollout per update (full batch)", min=1)
 

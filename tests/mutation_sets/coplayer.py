@@ -1,10 +1,13 @@
 """Mutations of the co-player model, its training, memory and use (models/coplayer.py, algos/coplayer.py)."""
 
 T = "tests/test_coplayer.py::"
+B = "tests/test_coplayer_bayes.py::"
 
 
 def mutations(M):
     model, algo = "src/hypermappo/models/coplayer.py", "src/hypermappo/algos/coplayer.py"
+    goal, bayes_b = "src/hypermappo/models/coplayer_goal.py", "src/hypermappo/algos/coplayer_bayes.py"
+    bayes = bayes_b
     return [
         M("coplayer_reads_other_agents", model, "        lead = x.shape[:-1]\n",
           "        x = x + x.mean(-2, keepdim=True)\n        lead = x.shape[:-1]\n",
@@ -68,4 +71,43 @@ def mutations(M):
           "cur_valid = hit | (cur_valid & ~episode_end[t].unsqueeze(-1))", "cur_valid = hit | cur_valid",
           (T + "test_subgoal_at_reward_is_the_observation_at_the_next_rewarded_step_within_the_episode",),
           "the reward-event subgoal is taken from the next episode"),
+        # the Bayesian goal belief (models/coplayer_goal.py, algos/coplayer_bayes.py)
+        M("bayes_update_not_normalised", goal, "    return post - post.logsumexp(-1, keepdim=True)\n",
+          "    return post\n", (B + "test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_"
+                               "partner_reset", B + "test_the_pure_functions"),
+          "the posterior is not normalised: beliefs shrink with every observed move"),
+        M("bayes_alpha_applied_the_wrong_way", goal, "    return alpha * prior + (1.0 - alpha) * log_posterior.exp()",
+          "    return (1.0 - alpha) * prior + alpha * log_posterior.exp()",
+          (B + "test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_partner_reset",),
+          "coplayer.prior_weight weighs the posterior instead of the prior"),
+        M("bayes_no_reset_on_partner_switch", bayes, "                self.belief.reset((partner != self.partner).any(-1))",
+          "                pass", (B + "test_a_partner_switch_resets_only_that_envs_belief",),
+          "a new partner inherits the goal belief about the old one"),
+        M("bayes_reset_every_env_on_a_switch", bayes_b, "        m = envs.view(-1, 1, 1, 1)\n",
+          "        m = envs.any().expand_as(envs).view(-1, 1, 1, 1)\n",
+          (B + "test_a_partner_switch_resets_only_that_envs_belief",),
+          "a partner switch in one env wipes every env's belief"),
+        M("bayes_no_hazard", goal, "    if hazard <= 0:\n", "    if True:\n",
+          (B + "test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_partner_reset",),
+          "the belief ignores goal changes within an episode"),
+        M("bayes_updates_on_dead_coplayers", bayes_b,
+          "        self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)",
+          "        self.log_b = post",
+          (B + "test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_partner_reset",),
+          "a dead co-player's no-op counts as evidence about its goal"),
+        M("bayes_reads_observer_id", goal, "        keep[list(identity_features or [])] = 0.0",
+          "        pass", (B + "test_the_partner_model_does_not_read_who_is_observing",),
+          "the partner model reads the observer's own id: a behaviour learnt from one seat is not recognised "
+          "from the other"),
+        M("bayes_memory_off_carries", bayes_b, "        if self.persistent:\n", "        if True:\n",
+          (B + "test_memory_off_restarts_every_episode_from_the_uniform_prior",),
+          "memory off still carries the posterior into the next episode"),
+        M("bayes_replay_not_restored", bayes_b, "            self.replay[k][:n] = v\n", "            pass\n",
+          (B + "test_resume_mid_episode_with_the_belief_fed_equals_the_uninterrupted_run",),
+          "a resumed run trains on an empty replay"),
+        M("bayes_oracle_ignores_rule", "src/hypermappo/algos/coplayer_oracle.py",
+          "        hit = F.one_hot(moves.long(), A).float()  # [E, N, G - 1, A]",
+          "        hit = F.one_hot(torch.zeros_like(moves).long(), A).float()",
+          (B + "test_with_oracle_goal_policies_the_belief_concentrates_on_a_scripted_partners_true_goal",),
+          "the oracle's goal policies are not the rules"),
     ]

@@ -250,17 +250,16 @@ class BayesCoplayer:
     def _pairs(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
         """The rollout's training samples: every (observer, co-player) pair, both alive, the co-player's goal
         known, the observer a learner slot (or any slot for a learner co-player with coplayer.self_model)."""
-        T, E, N = self.T, self.E, self.N
-        obs_o = self.obs_all.unsqueeze(3).expand(T, E, N, N, self.D)  # [T, E, o, j, D]
+        N = self.N
         observer_ok = self.learner_slot.view(N, 1) | (self.c.self_model & self.learner_slot.view(1, N))  # [o, j]
         keep = (self.active_all.unsqueeze(3) & self.active_all.unsqueeze(2) & ~torch.eye(N, dtype=torch.bool,
                 device=label.device) & observer_ok & (label >= 0).unsqueeze(2))  # [T, E, o, j]
-        ids = torch.arange(N, device=label.device)
-        j = ((ids.view(1, N) - ids.view(N, 1)) % N).expand(T, E, N, N)  # [o, j]: j relative to the observer
+        t, e, o, j = keep.nonzero().unbind(-1)  # in time order
+        if t.numel() > self.c.replay_size:  # only the most recent fit in the replay
+            t, e, o, j = (x[-self.c.replay_size:] for x in (t, e, o, j))
         prev = self.prev if self.c.observe_actions else torch.full_like(self.prev, self.A)
-        return {"obs": obs_o[keep], "target": j[keep], "prev": prev.unsqueeze(2).expand(T, E, N, N)[keep],
-                "action": self.actions.unsqueeze(2).expand(T, E, N, N)[keep],
-                "goal": label.unsqueeze(2).expand(T, E, N, N)[keep]}
+        return {"obs": self.obs_all[t, e, o], "target": (j - o) % N,  # j relative to the observer
+                "prev": prev[t, e, j], "action": self.actions[t, e, j], "goal": label[t, e, j]}
 
     def _push(self, samples: dict[str, torch.Tensor]) -> None:
         cap = self.c.replay_size

@@ -18,6 +18,7 @@ is registered with the decorator, or named in a config as `module.path:function`
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -44,11 +45,28 @@ SCRIPTED: dict[str, ScriptedFn] = {}
 
 
 def scripted(name: str):
-    """Decorator: register a scripted policy under `name`."""
+    """Decorator: register a scripted policy under `name`. Every registered policy also takes the param `eps`: with
+    probability eps per step and slot its move is replaced by a uniformly random one (an epsilon-noisy variant of
+    the same rule, its goal unchanged; drawn from ctx.generator, so nothing is drawn without it)."""
 
     def register(fn: ScriptedFn) -> ScriptedFn:
-        SCRIPTED[name] = fn
-        return fn
+        @functools.wraps(fn)
+        def rule(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
+            actions = fn(step, ctx)
+            eps = ctx.params.get("eps")
+            if eps is None:
+                return actions
+            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0.0 <= eps <= 1.0:
+                raise UserError(f"scripted policy {name!r}: params eps={eps!r} is invalid; expected a probability "
+                                f"in [0, 1]")
+            E, K = actions.shape[:2]
+            noisy = torch.rand(E, K, generator=ctx.generator).to(actions.device) < eps
+            other = _uniform_available(step, ctx.slots, int(ctx.env.spec.action_space.n), ctx.generator)
+            other = torch.where(step.active[:, ctx.slots], other.to(actions.dtype), torch.zeros_like(actions))
+            return torch.where(noisy, other, actions)
+
+        SCRIPTED[name] = rule
+        return rule
 
     return register
 
