@@ -265,3 +265,12 @@ def test_the_partner_model_does_not_read_who_is_observing():
     other = obs.clone()
     other[..., -5] += 1.0  # a change in the window is read
     assert not torch.equal(model.all_coplayers(obs, prev, slots), model.all_coplayers(other, prev, slots))
+
+
+def test_hindsight_labels_reach_back_only_within_the_window_and_the_episode():
+    from hypermappo.algos.coplayer_bayes import hindsight_within
+
+    event = torch.tensor([-1, -1, -1, 1, -1, 0, -1, -1]).view(8, 1, 1)  # goal 1 at t=3, goal 0 at t=5
+    end = torch.tensor([0, 0, 0, 0, 0, 0, 1, 0]).bool().view(8, 1)  # the episode ends after t=6
+    assert hindsight_within(event, end, 2).flatten().tolist() == [-1, -1, 1, 1, 0, 0, -1, -1]
+    assert hindsight_within(event, end, 0).flatten().tolist() == [1, 1, 1, 1, 0, 0, -1, -1]

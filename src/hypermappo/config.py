@@ -229,6 +229,8 @@ class CoplayerConfig:
                                       "policy (public actions: the env declares EnvSpec.public_actions)")
     self_model: bool = opt(True, "bayes: also train on the learner's own transitions seen from a co-player's "
                                  "slot (self as a model of others), so goals no training partner pursued are modelled")
+    hindsight_window: int = opt(8, "bayes: a learned co-player's step is labelled with the next goal it completes "
+                                   "only if it completes it within this many steps (0: any distance)", min=0)
     replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
                            min=1)
     steps: int = opt(32, "bayes: Adam steps on replay mini-batches per update", min=1)
@@ -607,7 +609,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         for name in ("goal_weight", "subgoal_weight", "epochs"):
             check(f"coplayer.{name}", not bayes, gru)
         for name in ("prior_weight", "hazard", "floor", "observe_actions", "self_model", "replay_size", "steps",
-                     "batch_size"):
+                     "batch_size", "hindsight_window"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",
               "it weighs the prior carried across episodes, and coplayer.memory=episode carries none")
