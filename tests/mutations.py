@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
 MAPPO = "src/hypermappo/algos/mappo.py"
 EXP = "src/hypermappo/experiment.py"
+CKPT = "src/hypermappo/checkpoint.py"
 ROLL = "src/hypermappo/storage/rollout.py"
 HYPER = "src/hypermappo/models/hyper.py"
 ATTN = "src/hypermappo/models/agent_attention.py"
@@ -198,9 +199,9 @@ MUTATIONS += [
     M("nonfinite_loss_ignored", MAPPO,
       "if not torch.isfinite(torch.stack([x.to(actor_loss.device) for x in checked])).all():",
       "if False:", (FAULTS,), "defect 5: NaN loss reaches the weights"),
-    M("checkpoint_crc_not_checked", EXP, 'if f"{zlib.crc32(data):08x}" != crc:', "if False:",
+    M("checkpoint_crc_not_checked", CKPT, 'if f"{zlib.crc32(data):08x}" != crc:', "if False:",
       (FAULTS,), "defect 6: corrupt checkpoint loaded"),
-    M("signal_not_handled", EXP, "            signal.signal(signum, self._on_signal)\n", "",
+    M("signal_not_handled", "src/hypermappo/runtime/signals.py", "                signal.signal(signum, self.handle)\n", "",
       (FAULTS,), "defect 7: Ctrl-C loses the work since the last checkpoint"),
     M("run_dir_not_locked", "src/hypermappo/runtime/run_lock.py", "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
       "pass", ("tests/test_run_ownership.py::test_second_train_or_resume_of_a_run_dir_in_use_is_a_one_line_error",),

@@ -20,10 +20,11 @@ from test_resume import TINY, checkpoint_updates, metric_rows, metrics_without_t
 
 from hypermappo import config as config_mod
 from hypermappo.algos import mappo
+from hypermappo.checkpoint import first_nonfinite, read_checkpoint
 from hypermappo.cli import main
 from hypermappo.envs.staghunt import StagHuntVecEnv
 from hypermappo.errors import NonFiniteError, RunInterrupted
-from hypermappo.experiment import Experiment, first_nonfinite, read_checkpoint
+from hypermappo.experiment import Experiment
 
 FAULTY = "pettingzoo:envs_for_fault_tests:make_faulty_env"
 # seed 7, E=4: env 2 is seeded 9; T=5, so its 12th step is rollout step 2 of update 3 (env step 48)

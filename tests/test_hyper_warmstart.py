@@ -10,12 +10,13 @@ import shutil
 import pytest
 import torch
 
+from hypermappo.checkpoint import read_checkpoint
 from hypermappo.cli import main
 from hypermappo.config import build_config, from_run_dir
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
-from hypermappo.experiment import Experiment, read_checkpoint
+from hypermappo.experiment import Experiment
 from hypermappo.models.actor import build_actor
 
 QUIET = ["log.tensorboard=false", "log.progress=false", "torch_threads=1", "eval_episodes=2"]

@@ -319,7 +319,7 @@ class Baselines:
 
 
 def _latest_checkpoint(run_dir: Path, device) -> dict:
-    from hypermappo.experiment import read_checkpoint
+    from hypermappo.checkpoint import read_checkpoint
 
     reasons = []
     for path in sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.pt"), reverse=True):

@@ -23,7 +23,7 @@ def load_actor(target: Path, command: str = "eval", newest_intact: bool = False)
 
     With `newest_intact` (crossplay), a run directory's newer unusable checkpoints are skipped with a note
     on stderr and the newest one that loads is used; errors name `command`."""
-    from hypermappo.experiment import latest_checkpoint, read_checkpoint
+    from hypermappo.checkpoint import latest_checkpoint, read_checkpoint
 
     if target.is_dir():
         run_dir, ckpt = target, latest_checkpoint(target)
@@ -84,7 +84,7 @@ def _has_config(target: Path) -> bool:
 def _eval_groups(target: Path, cfg, episodes: int, deterministic: bool, render: str | None, seed: int | None) -> dict:
     """A run with policy groups: every group plays the phase its checkpoint was in (learners' and frozen actors'
     modes, scripted rules); returns the all-agents return and each group's (`policies/groups.evaluate_groups`)."""
-    from hypermappo.experiment import latest_checkpoint, read_checkpoint
+    from hypermappo.checkpoint import latest_checkpoint, read_checkpoint
     from hypermappo.policies.groups import build_groups, evaluate_groups
 
     ckpt = latest_checkpoint(target) if target.is_dir() else target

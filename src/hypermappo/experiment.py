@@ -18,33 +18,39 @@ Faults stop a run loudly and never cost a good checkpoint:
   `RunInterrupted` (exit 130 / 143) naming `hypermappo resume RUN_DIR`; a second one aborts at once.
 - Every checkpoint has a sidecar `ckpt_*.pt.crc32` (size and CRC-32). `resume` verifies the newest
   checkpoint (size, checksum, loadable, expected keys and shapes, finite weights), falls back to the
-  newest intact one and sets the unusable ones aside as `*.pt.corrupt`.
+  newest intact one and sets the unusable ones aside as `*.pt.corrupt` (checkpoint.py).
+Run control lives in runtime/: the run directory's claim and lock (run_dir.py, run_lock.py) and the signal
+handling (signals.py).
 """
 
 from __future__ import annotations
 
 import ctypes
-import io
 import json
 import math
 import os
 import random
-import shutil
 import signal
 import sys
-import threading
 import time
 import traceback
-import zlib
 from collections import deque
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import torch
 
 from hypermappo import config as config_mod
 from hypermappo.algos.death import bootstrap_mask, transition_targets
+from hypermappo.checkpoint import (
+    first_nonfinite,
+    latest_checkpoint,
+    newest_intact,
+    reasons,
+    set_aside,
+    shapes,
+    write_checkpoint,
+)
 from hypermappo.compile import collect_step, compile_fn, linear_act_norm, weight_grad
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
@@ -54,15 +60,9 @@ from hypermappo.evaluation import evaluate_policy
 from hypermappo.kernels import act_norm
 from hypermappo.logging import RunLogger
 from hypermappo.policies.groups import build_groups, evaluate_groups
-from hypermappo.runtime.run_lock import LOCK_FILE, RunDirLock
-from hypermappo.runtime.run_lock import holder as run_holder
-
-CHECKPOINTS_KEPT = 2
-# what `_load_checkpoint` reads: a checkpoint without one of these is not one of ours
-CHECKPOINT_KEYS = ("update", "env_steps", "wall_s", "logger_rows", "actor", "critic", "algo", "rng", "env_state",
-                   "last_step", "actor_h", "critic_h", "reset_mask", "recent_returns", "diagnostics", "summary_extra",
-                   "prev_obs")
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from hypermappo.runtime.run_dir import RunDirClaim
+from hypermappo.runtime.run_lock import RunDirLock
+from hypermappo.runtime.signals import StopSignals
 
 
 def resolve_threads(n: int) -> int:
@@ -103,17 +103,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def action_layout(space: gym.spaces.Space) -> tuple[tuple, torch.dtype]:
-    """Per-agent action shape and dtype in the rollout buffer, following the VecEnv contract."""
-    if isinstance(space, gym.spaces.Discrete):
-        return (), torch.long
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return tuple(space.shape), torch.long
-    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
-        return tuple(space.shape), torch.float32
-    raise UserError(f"action space {space} is not supported; expected Discrete, MultiDiscrete, Box or MultiBinary")
-
-
 def default_run_dir(cfg) -> Path:
     env = cfg.env.replace(":", "_").replace("/", "_").replace(".", "_")
     return Path("runs") / f"{env}_{cfg.algo}_{cfg.actor}_s{cfg.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
@@ -125,102 +114,27 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0].strip() if lines else '(no message)'}"
 
 
-def floating_tensors(tree, prefix: str = ""):
-    """(dotted name, tensor) for every floating-point tensor in nested dicts / lists / tuples."""
-    if isinstance(tree, torch.Tensor):
-        if tree.is_floating_point():
-            yield prefix, tree
-    elif isinstance(tree, dict):
-        for k, v in tree.items():
-            yield from floating_tensors(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from floating_tensors(v, f"{prefix}.{i}" if prefix else str(i))
-
-
-def first_nonfinite(tree) -> str | None:
-    """Name of the first floating tensor in `tree` holding a NaN or an infinity, or None (exact; for checkpoints)."""
-    for name, t in floating_tensors(tree):
-        if not bool(torch.isfinite(t).all()):
-            return name
-    return None
-
-
-def _shapes(state_dict: dict) -> dict:
-    """Tensor shapes of a state dict (extra state such as counters: its type), to tell a checkpoint of another config."""
-    return {k: tuple(v.shape) if torch.is_tensor(v) else type(v).__name__ for k, v in state_dict.items()}
-
-
-def checksum_path(ckpt: Path) -> Path:
-    return ckpt.with_name(ckpt.name + ".crc32")
-
-
-def write_durably(path: Path, data) -> None:
-    """Write `data` to `path` via a temp file, on disk before the rename makes it visible."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_checkpoint(path: Path, device) -> dict:
-    """Load a checkpoint after checking it against its sidecar (size first: a truncated file costs a stat).
-
-    Raises ValueError naming what is wrong. Checkpoints without a sidecar (older runs) are only loaded.
-    """
-    marker = checksum_path(path)
-    if marker.exists():
-        size, crc = marker.read_text().split()
-        actual = path.stat().st_size
-        if actual != int(size):
-            raise ValueError(f"truncated: {actual} of {size} bytes")
-        data = path.read_bytes()
-        if f"{zlib.crc32(data):08x}" != crc:
-            raise ValueError("checksum mismatch")
-        source = io.BytesIO(data)
-    else:
-        source = path
-    try:
-        sd = torch.load(source, map_location=device, weights_only=False)
-    except Exception as e:  # noqa: BLE001 - any failure to unpickle means the file is unusable
-        raise ValueError(f"does not load ({one_line(e)})") from None
-    if not isinstance(sd, dict):
-        raise ValueError(f"holds a {type(sd).__name__}, not a checkpoint dict")
-    missing = [k for k in CHECKPOINT_KEYS if k not in sd]
-    if missing:
-        raise ValueError(f"lacks {', '.join(missing)}")
-    bad = first_nonfinite({"actor": sd["actor"], "critic": sd["critic"], "algo": sd["algo"]})
-    if bad:
-        raise ValueError(f"non-finite {bad}")
-    return sd
-
-
 class Experiment:
     def __init__(self, cfg, run_dir: Path | None = None, resume: bool = False, quiet: bool = False):
         """Builds everything; if that fails (a user error found only here, e.g. an env kwarg the env does not
         take), what this process created of the run directory is removed again."""
         run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
-        created = _missing_ancestor(run_dir)  # the outermost directory claiming would create (None: it exists)
-        existed_empty = run_dir.is_dir()
-        self._claimed = False
-        if not resume:
-            _check_not_under_a_file(run_dir)
+        claim = None if resume else RunDirClaim(run_dir)  # runtime/run_dir.py
         try:
-            self._build(cfg, run_dir, resume, quiet)
+            self._build(cfg, run_dir, claim, quiet)
         except BaseException:
             lock = getattr(self, "run_lock", None)
             if lock is not None:
                 lock.release()  # a failed start holds no run directory
-            if self._claimed:
-                _remove_claim(run_dir, created, existed_empty)
+            if claim is not None:
+                claim.undo()
             raise
 
-    def _build(self, cfg, run_dir: Path, resume: bool, quiet: bool) -> None:
+    def _build(self, cfg, run_dir: Path, claim: RunDirClaim | None, quiet: bool) -> None:
         self.cfg = cfg
         self.quiet = quiet
         self.run_dir = run_dir
+        resume = claim is None
         if resume:
             self.run_lock = RunDirLock(self.run_dir)  # held until the run ends: no second process trains it
             if (self.run_dir / "summary.json").exists():  # finished while this process waited to start
@@ -228,8 +142,7 @@ class Experiment:
                 raise UserError(f"resume: {str(self.run_dir)!r} already finished (summary.json is there); "
                                 f"nothing to resume")
         else:
-            self._claim_run_dir()
-            self._claimed = True
+            self.run_lock = claim.take()
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise UserError(f"device: {cfg.device!r} asked for, but this machine has no CUDA device")
@@ -239,7 +152,7 @@ class Experiment:
 
         self.last_checkpoint: Path | None = None  # newest checkpoint on disk (written or resumed from)
         self.last_checkpoint_update = -1
-        self.stop_signal: int | None = None  # the first SIGINT / SIGTERM received by run()
+        self.stop = StopSignals(quiet)  # SIGINT / SIGTERM while run() runs (runtime/signals.py)
         try:
             self.env = make_env(cfg.env, cfg.num_envs, self.device, **cfg.env_kwargs)
         except (UserError, RunFailed):
@@ -331,24 +244,6 @@ class Experiment:
     def _prefix(self, group, metrics: dict) -> dict:
         """Metric names of a group: `<group>/<name>` when groups are configured, else unchanged."""
         return {f"{group.name}/{k}": v for k, v in metrics.items()} if self.multi else metrics
-
-    # ------------------------------------------------------------------ run directory
-
-    def _claim_run_dir(self) -> None:
-        d = self.run_dir
-        if d.is_dir() and any(p.name != LOCK_FILE for p in d.iterdir()):  # refused without touching anything
-            pid = run_holder(d)
-            if pid is not None:  # a run in progress there is named as such
-                raise UserError(f"run_dir {d} is being trained by another process (pid {pid})")
-            raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
-                            f"`hypermappo resume {d}` to continue it")
-        d.mkdir(parents=True, exist_ok=True)
-        self.run_lock = RunDirLock(d)
-        if any(p.name != LOCK_FILE for p in d.iterdir()):  # filled by another process since the check above
-            self.run_lock.release()
-            raise UserError(f"run_dir {str(d)!r} already exists and is not empty; pick another run_dir, or "
-                            f"`hypermappo resume {d}` to continue it")
-        (d / "checkpoints").mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ collection
 
@@ -582,39 +477,22 @@ class Experiment:
 
     def run(self) -> dict:
         """Train to the end; see the module docstring for how faults and signals stop it."""
-        handlers = self._install_signal_handlers()
-        try:
-            return self._run()
-        except RunFailed as e:
-            raise self._stopped(e) from e
-        finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
+        with self.stop.installed(self._aborted):  # the first SIGINT / SIGTERM sets stop_signal; a second aborts
+            try:
+                return self._run()
+            except RunFailed as e:
+                raise self._stopped(e) from e
 
-    def _install_signal_handlers(self) -> dict:
-        """First SIGINT / SIGTERM: stop after this update; returns the previous handlers (main thread only:
-        elsewhere Python cannot install any, and the caller's handling stays as it was)."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-        for signum in STOP_SIGNALS:
-            handler = signal.getsignal(signum)
-            previous[signum] = signal.SIG_DFL if handler is None else handler  # None: installed outside Python
-            signal.signal(signum, self._on_signal)
-        return previous
+    # the first SIGINT / SIGTERM run() received (None: none yet); the loop stops after the update it came in
+    stop_signal = property(lambda self: self.stop.received, lambda self, signum: setattr(self.stop, "received", signum))
 
-    def _on_signal(self, signum, frame) -> None:
+    def _aborted(self, signum: int) -> RunInterrupted:
+        """What a second SIGINT / SIGTERM raises."""
         name = signal.Signals(signum).name
-        if self.stop_signal is None:
-            self.stop_signal = signum
-            if not self.quiet:  # os.write: print() is not safe inside a signal handler
-                os.write(2, f"\n{name}: stopping after this update and saving a checkpoint "
-                            f"({name} again aborts at once)\n".encode())
-            return
         kept = f"the last checkpoint ({self.last_checkpoint}) is unchanged" if self.last_checkpoint \
             else "no checkpoint was written"
-        raise RunInterrupted(f"aborted by a second {name}; {kept}; continue with: hypermappo resume {self.run_dir}",
-                             128 + signum)
+        return RunInterrupted(f"aborted by a second {name}; {kept}; continue with: hypermappo resume {self.run_dir}",
+                              128 + signum)
 
     def _stop_for_signal(self) -> None:
         """After the first SIGINT / SIGTERM: checkpoint this update (if not done yet) and stop."""
@@ -870,17 +748,7 @@ class Experiment:
         if bad:
             raise NonFiniteError(f"non-finite {bad} before the checkpoint of update {self.update} "
                                  f"(env step {self.env_steps:,}) on env {self.cfg.env!r}")
-        ckdir = self.run_dir / "checkpoints"
-        ckdir.mkdir(parents=True, exist_ok=True)
-        path = ckdir / f"ckpt_{self.update:07d}.pt"
-        buffer = io.BytesIO()
-        torch.save(self.checkpoint_state(), buffer)
-        data = buffer.getbuffer()
-        write_durably(checksum_path(path), f"{len(data)} {zlib.crc32(data):08x}\n".encode())
-        write_durably(path, data)  # on disk before the rename makes it the latest checkpoint
-        for old in sorted(ckdir.glob("ckpt_*.pt"))[:-CHECKPOINTS_KEPT]:
-            old.unlink()
-            checksum_path(old).unlink(missing_ok=True)
+        path = write_checkpoint(self.run_dir / "checkpoints", self.update, self.checkpoint_state())  # checkpoint.py
         self.last_checkpoint, self.last_checkpoint_update = path, self.update
         return path
 
@@ -890,28 +758,22 @@ class Experiment:
         Newer unusable ones are renamed `*.pt.corrupt` (kept for inspection, out of the rotation) and the
         choice is printed on one line; with none intact, a UserError lists why each was rejected.
         """
-        ckpts = sorted((self.run_dir / "checkpoints").glob("ckpt_*.pt"), reverse=True)
         models = {"actor": self.actor.state_dict(), "critic": self.critic.state_dict()}
-        rejected = []
-        for path in ckpts:
-            try:
-                sd = read_checkpoint(path, self.device)
-                for name, model in models.items():
-                    if _shapes(sd[name]) != _shapes(model):
-                        raise ValueError(f"its {name} does not match this config's network")
-            except (ValueError, OSError) as e:
-                rejected.append((path, str(e)))
-                continue
-            for bad, _ in rejected:
-                bad.rename(bad.with_name(bad.name + ".corrupt"))
-                checksum_path(bad).unlink(missing_ok=True)
-            skipped = "".join(f"{bad.name} is unusable ({why}), set aside as {bad.name}.corrupt; "
-                              for bad, why in rejected)
-            print(f"resume: {skipped}continuing from {path} (update {sd['update']}, env step {sd['env_steps']:,})",
-                  file=sys.stderr, flush=True)
-            return path, sd
-        reasons = "; ".join(f"{p.name}: {why}" for p, why in rejected)
-        raise UserError(f"{self.run_dir}: no intact checkpoint to resume from ({reasons})")
+
+        def fits(sd: dict) -> None:
+            for name, model in models.items():
+                if shapes(sd[name]) != shapes(model):
+                    raise ValueError(f"its {name} does not match this config's network")
+
+        path, sd, rejected = newest_intact(self.run_dir, self.device, accept=fits)
+        if path is None:
+            raise UserError(f"{self.run_dir}: no intact checkpoint to resume from ({reasons(rejected)})")
+        for bad, _ in rejected:
+            set_aside(bad)
+        skipped = "".join(f"{bad.name} is unusable ({why}), set aside as {bad.name}.corrupt; " for bad, why in rejected)
+        print(f"resume: {skipped}continuing from {path} (update {sd['update']}, env step {sd['env_steps']:,})",
+              file=sys.stderr, flush=True)
+        return path, sd
 
     def _load_checkpoint(self) -> None:
         path, sd = self._intact_checkpoint()
@@ -960,51 +822,6 @@ class Experiment:
                 raise self._env_failure(e, "in reset() on resume") from e
             for g in self.groups:
                 g.start(self.last)
-
-
-def _check_not_under_a_file(run_dir: Path) -> None:
-    for p in [run_dir, *run_dir.parents]:
-        if p.exists() and not p.is_dir():
-            raise UserError(f"run_dir {str(run_dir)!r}: {str(p)!r} is a file, not a directory; pick another run_dir")
-
-
-def _missing_ancestor(path: Path) -> Path | None:
-    """The outermost of `path` and its parents that does not exist yet (None when `path` exists)."""
-    if path.exists():
-        return None
-    missing = path
-    for parent in path.absolute().parents:
-        if parent.exists():
-            break
-        missing = parent
-    return missing
-
-
-def _remove_claim(run_dir: Path, created: Path | None, existed_empty: bool) -> None:
-    """Undo a run directory claim: delete the run directory if this process created it, and the parents it
-    created while they are empty (another run may have started in one since); for a run directory that
-    existed (empty, or claiming would have refused it), only what was put into it."""
-    if created is None:
-        if existed_empty and run_dir.is_dir():
-            for child in run_dir.iterdir():
-                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
-        return
-    shutil.rmtree(run_dir, ignore_errors=True)
-    created = created.absolute()
-    for parent in run_dir.absolute().parents:
-        if parent != created and created not in parent.parents:
-            break
-        try:
-            parent.rmdir()  # only when empty
-        except OSError:
-            break
-
-
-def latest_checkpoint(run_dir: Path) -> Path:
-    ckpts = sorted((Path(run_dir) / "checkpoints").glob("ckpt_*.pt"))
-    if not ckpts:
-        raise UserError(f"{run_dir}: no checkpoint to resume from (expected checkpoints/ckpt_*.pt)")
-    return ckpts[-1]
 
 
 def train(cfg, run_dir: Path | None = None, quiet: bool = False) -> dict:

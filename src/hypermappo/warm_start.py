@@ -2,7 +2,7 @@
 weights), e.g. one pre-trained on the specialisation game or with fewer agents.
 
 The source run's config.yaml says what it trained; its newest checkpoint that verifies (size, checksum, keys,
-finite values: `experiment.read_checkpoint`) is loaded. Every tensor loaded must exist on both sides with the same
+finite values: `checkpoint.read_checkpoint`) is loaded. Every tensor loaded must exist on both sides with the same
 shape, else one line names the tensor: a partial load would be a different network without saying so. The source
 run directory is only read (an unusable checkpoint there is skipped, not renamed). Only a fresh run warm-starts; a
 resumed one continues from its own checkpoint."""
@@ -18,15 +18,12 @@ from hypermappo.errors import UserError
 
 def newest_intact_checkpoint(run_dir: Path, device) -> tuple[Path, dict]:
     """(path, contents) of the newest checkpoint of `run_dir` that `read_checkpoint` accepts."""
-    from hypermappo.experiment import read_checkpoint
+    from hypermappo.checkpoint import newest_intact, reasons
 
-    rejected = []
-    for path in sorted((run_dir / "checkpoints").glob("ckpt_*.pt"), reverse=True):
-        try:
-            return path, read_checkpoint(path, device)
-        except (ValueError, OSError) as e:
-            rejected.append(f"{path.name}: {e}")
-    why = "; ".join(rejected) if rejected else f"no checkpoints/ckpt_*.pt in {run_dir}"
+    path, sd, rejected = newest_intact(run_dir, device)
+    if sd is not None:
+        return path, sd
+    why = reasons(rejected) if rejected else f"no checkpoints/ckpt_*.pt in {run_dir}"
     raise UserError(f"hyper.init_from: {str(run_dir)!r} has no intact checkpoint to load ({why})")
 
 

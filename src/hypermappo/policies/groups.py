@@ -292,21 +292,14 @@ def widened_spec(spec, extra: int):
 def load_frozen_actor(phase: Phase, env_spec, device) -> torch.nn.Module:
     """The actor of `phase.run_dir`'s latest intact checkpoint (its group `phase.group`, if named), without grads."""
     from hypermappo import config as config_mod
-    from hypermappo.experiment import read_checkpoint
+    from hypermappo.checkpoint import newest_intact, reasons
     from hypermappo.models.actor import build_actor
 
     run_dir = Path(phase.run_dir)
     fcfg = config_mod.from_run_dir(run_dir)
-    ckpts = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"), reverse=True)
-    sd, reasons = None, []
-    for path in ckpts:
-        try:
-            sd = read_checkpoint(path, device)
-            break
-        except (ValueError, OSError) as e:
-            reasons.append(f"{path.name}: {e}")
+    _, sd, rejected = newest_intact(run_dir, device)
     if sd is None:
-        raise UserError(f"frozen run_dir {str(run_dir)!r}: no intact checkpoint ({'; '.join(reasons) or 'none there'})")
+        raise UserError(f"frozen run_dir {str(run_dir)!r}: no intact checkpoint ({reasons(rejected) or 'none there'})")
     state, acfg = sd["actor"], fcfg
     if phase.group:
         groups = sd.get("groups") or {}
@@ -333,11 +326,10 @@ class Learner:
         from hypermappo.algos.death import resolve_death
         from hypermappo.algos.mappo import MAPPO
         from hypermappo.diagnostics import Diagnostics, LiveComponentAudit
-        from hypermappo.experiment import action_layout
         from hypermappo.models.actor import build_actor
         from hypermappo.models.critic import build_critic
         from hypermappo.models.distributions import params_size
-        from hypermappo.storage.rollout import RolloutBuffer
+        from hypermappo.storage.rollout import RolloutBuffer, action_layout
 
         self.cfg, self.spec = cfg, spec
         # co-player model (algos/coplayer.py); a belief fed to the actor widens the actor's input, not the critic's
@@ -408,8 +400,8 @@ class Learner:
         """MADDPG's learner: Q critic, target networks, replay buffer; no diagnostics or audit (MAPPO-only)."""
         from hypermappo.algos.maddpg import MADDPG, QCritic
         from hypermappo.diagnostics import Diagnostics
-        from hypermappo.experiment import action_layout
         from hypermappo.storage.replay import ReplayBuffer
+        from hypermappo.storage.rollout import action_layout
 
         self.critic = QCritic(spec, cfg).to(device)
         self.algo = MADDPG(self.actor, self.critic, cfg, spec)

@@ -10,7 +10,21 @@ state at each chunk's start).
 
 from __future__ import annotations
 
+import gymnasium as gym
 import torch
+
+from hypermappo.errors import UserError
+
+
+def action_layout(space: gym.spaces.Space) -> tuple[tuple, torch.dtype]:
+    """Per-agent action shape and dtype in the rollout (and replay) buffer, following the VecEnv contract."""
+    if isinstance(space, gym.spaces.Discrete):
+        return (), torch.long
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return tuple(space.shape), torch.long
+    if isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary)):
+        return tuple(space.shape), torch.float32
+    raise UserError(f"action space {space} is not supported; expected Discrete, MultiDiscrete, Box or MultiBinary")
 
 
 def select_rows(fields: dict[str, torch.Tensor], idx: torch.Tensor | None) -> dict[str, torch.Tensor]:

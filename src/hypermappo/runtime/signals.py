@@ -1,0 +1,55 @@
+"""SIGINT / SIGTERM during a run: the first one stops it after the current update (which is checkpointed), a second
+one aborts at once.
+
+`StopSignals.installed` holds the handler for the life of `Experiment.run`; the loop reads `received` after each update.
+Handlers can only be installed in the main thread: elsewhere the caller's handling stays as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """`received`: the first SIGINT / SIGTERM (None until one came); a second one raises `abort(signum)` from the
+    handler, i.e. wherever the main thread is."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.received: int | None = None
+        self.abort: Callable[[int], BaseException] | None = None
+
+    @contextlib.contextmanager
+    def installed(self, abort: Callable[[int], BaseException]):
+        """The handler while the block runs (main thread only), the previous handlers after it. `abort` is held only
+        meanwhile: an Experiment passing its own method stays free of a reference cycle (its run directory lock is
+        released as soon as the last reference to it goes)."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                handler = signal.getsignal(signum)
+                previous[signum] = signal.SIG_DFL if handler is None else handler  # None: installed outside Python
+                signal.signal(signum, self.handle)
+        self.abort = abort
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            self.abort = None
+
+    def handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.received is None:
+            self.received = signum
+            if not self.quiet:  # os.write: print() is not safe inside a signal handler
+                os.write(2, f"\n{name}: stopping after this update and saving a checkpoint "
+                            f"({name} again aborts at once)\n".encode())
+            return
+        raise self.abort(signum)
