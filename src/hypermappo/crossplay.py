@@ -110,15 +110,15 @@ def parse_scripted(spec: str) -> ScriptedPolicy:
 
 def load_policies(specs: list[str]) -> dict[str, object]:
     """Every distinct policy spec -> its policy (run directories loaded once)."""
-    from hypermappo.evaluate_cli import load_actor
+    from hypermappo.policies.loaded import load_policy
 
     policies = {}
     for spec in dict.fromkeys(specs):
         if spec.startswith(SCRIPTED_PREFIX):
             policies[spec] = parse_scripted(spec)
         else:
-            cfg, actor, ckpt = load_actor(Path(spec), command="crossplay", newest_intact=True)
-            policies[spec] = LearnedPolicy(spec, spec, cfg, actor, ckpt)
+            loaded = load_policy(Path(spec), checkpoint="newest_intact", command="crossplay")
+            policies[spec] = LearnedPolicy(spec, spec, loaded.cfg, loaded.actor, loaded.checkpoint)
     names = [Path(s.rstrip("/")).name for s in policies if not s.startswith(SCRIPTED_PREFIX)]
     for spec, policy in policies.items():  # run directories by name when the names are unambiguous
         short = Path(spec.rstrip("/")).name

@@ -13,68 +13,17 @@ from hypermappo import config as config_mod
 from hypermappo.envs.registry import make_env
 from hypermappo.errors import UserError
 from hypermappo.evaluation import evaluate_policy
-from hypermappo.models.actor import build_actor
-from hypermappo.models.coplayer import belief_dim
-from hypermappo.policies.groups import widened_spec
+from hypermappo.policies.loaded import load_policy
 
 
 def load_actor(target: Path, command: str = "eval", newest_intact: bool = False):
-    """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, actor, checkpoint path).
+    """RUN_DIR (latest checkpoint) or a checkpoint file -> (config, acting actor, checkpoint path), through the one
+    seam for a trained run's policy (policies/loaded.py).
 
     With `newest_intact` (crossplay), a run directory's newer unusable checkpoints are skipped with a note
     on stderr and the newest one that loads is used; errors name `command`."""
-    from hypermappo.checkpoint import latest_checkpoint, read_checkpoint
-
-    if target.is_dir():
-        run_dir, ckpt = target, latest_checkpoint(target)
-    elif target.is_file():
-        run_dir, ckpt = target.parent.parent, target
-        if not (run_dir / "config.yaml").exists():
-            raise UserError(f"{command}: {str(target)!r} is not inside a run directory (expected "
-                            f"RUN_DIR/checkpoints/ckpt_*.pt next to RUN_DIR/config.yaml)")
-    else:
-        raise UserError(f"{command}: {str(target)!r} is neither a run directory nor a checkpoint file")
-    cfg = config_mod.from_run_dir(run_dir)
-    if cfg.groups and command != "eval":
-        raise UserError(f"{command}: {str(run_dir)!r} is a run with policy groups; {command} plays runs without "
-                        f"groups (evaluate it with `hypermappo eval`)")
-    cfg.device = "cpu" if not torch.cuda.is_available() else cfg.device
-    spec = make_env(cfg.env, 1, cfg.device, **cfg.env_kwargs).spec
-    actor = build_actor(cfg.actor, widened_spec(spec, belief_dim(cfg, spec)), cfg)  # wider: reads a co-player belief
-    candidates = sorted(ckpt.parent.glob("ckpt_*.pt"), reverse=True) if newest_intact and target.is_dir() else [ckpt]
-    rejected = []
-    for ckpt in candidates:
-        try:
-            _load_weights(actor, ckpt, cfg, command, read_checkpoint)
-        except UserError as e:
-            if len(candidates) == 1:
-                raise
-            rejected.append(f"{ckpt.name}: {e}")
-            continue
-        if rejected:
-            print(f"{command}: {run_dir}: skipped {'; '.join(rejected)}; using {ckpt.name}", file=sys.stderr, flush=True)
-        if belief_dim(cfg, spec):  # the co-player model computes the belief the actor reads (algos/coplayer.py)
-            from hypermappo.algos.coplayer import acting_actor
-
-            actor = acting_actor(cfg, spec, actor, read_checkpoint(ckpt, cfg.device))
-        return cfg, actor, ckpt
-    raise UserError(f"{command}: {run_dir}: no intact checkpoint ({'; '.join(rejected)})")
-
-
-def _load_weights(actor, ckpt: Path, cfg, command: str, read_checkpoint) -> None:
-    """Load checkpoint `ckpt`'s verified actor weights into `actor`, or a UserError saying why it is unusable."""
-    try:
-        sd = read_checkpoint(ckpt, cfg.device)  # size, checksum, keys, finite weights
-    except ValueError as e:  # failed verification: truncated, checksum, missing keys, non-finite weights
-        raise UserError(f"{command}: {ckpt} is unusable ({e})") from None
-    except Exception as e:  # noqa: BLE001 - not a checkpoint at all
-        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise UserError(f"{command}: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
-    try:
-        actor.load_state_dict(sd["actor"])
-    except Exception as e:  # noqa: BLE001 - a checkpoint of another config
-        reason = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise UserError(f"{command}: {str(ckpt)!r} is not a checkpoint of this run ({type(e).__name__}: {reason})") from None
+    policy = load_policy(target, checkpoint="newest_intact" if newest_intact else "latest", command=command)
+    return policy.cfg, policy.actor, policy.checkpoint
 
 
 def _has_config(target: Path) -> bool:

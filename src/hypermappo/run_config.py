@@ -3,7 +3,7 @@
 `config.py` is a leaf (it imports no other module of the package): it parses presets and overrides and checks
 single keys and the cross-key rules it can state alone. The rules that belong to other modules live with them and
 are called from here, the one place above them all:
-- policy groups (`groups=[...]`): `policies/groups.py: check_group_specs`;
+- policy groups (`groups=[...]`): `policies/specs.py: check_group_specs`;
 - keys an algorithm reads only in some configs: `algos/micro_batch.py: unused_keys` (`ppo.micro_batch_size`
   where micro-batches cannot add up to the whole mini-batch).
 Code that builds a config for a run it trains itself (tests, benchmarks) may use `config.build_config`: the
@@ -16,7 +16,7 @@ from hypermappo import config as config_mod
 from hypermappo.algos import micro_batch
 from hypermappo.config import Config
 from hypermappo.errors import UserError
-from hypermappo.policies.groups import check_group_specs
+from hypermappo.policies.specs import check_group_specs
 
 
 def unused_keys(cfg: Config) -> dict[str, str]:

@@ -27,27 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-from hypermappo.errors import UserError
+from hypermappo.policies.specs import MEMBER_KEYS, SAMPLE_MODES, member_entry  # noqa: F401 - their old home
 
-SAMPLE_MODES = ("episode", "fixed")
 GOAL_NOT_GIVEN = -2  # in a population's goals: the member playing there writes none (co-player labels: hindsight)
-MEMBER_KEYS = {"kind", "policy", "params", "run_dir", "group"}
-
-
-def member_entry(where: str, entry) -> dict:
-    """One `members` entry as a phase entry with its kind (scripted when it names a policy, frozen for a run_dir)."""
-    if not isinstance(entry, dict):
-        raise UserError(f"{where}: expected a mapping like {{policy: staghunt_stag}} or {{run_dir: runs/x}}, "
-                        f"got {entry!r}")
-    unknown = [k for k in entry if k not in MEMBER_KEYS]
-    if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r}; expected some of {sorted(MEMBER_KEYS)}")
-    if "policy" in entry and "run_dir" in entry:
-        raise UserError(f"{where}: give either policy (a scripted member) or run_dir (a frozen member), not both")
-    kind = entry.get("kind") or ("scripted" if "policy" in entry else "frozen" if "run_dir" in entry else None)
-    if kind not in ("scripted", "frozen"):
-        raise UserError(f"{where}: a member is scripted (policy: NAME) or frozen (run_dir: RUN_DIR), got {entry!r}")
-    return {**entry, "kind": kind}
 
 
 def initial_members(num_envs: int, num_members: int, sample: str, generator: torch.Generator) -> torch.Tensor:
@@ -78,7 +60,7 @@ class Population:
     """The members of a population (policies/groups.Phase entries, kind scripted or frozen) for K slots."""
 
     def __init__(self, members: list, env_spec, slots: torch.Tensor, device):
-        from hypermappo.policies.groups import load_frozen_actor
+        from hypermappo.policies.loaded import load_frozen_actor
         from hypermappo.policies.scripted import get_scripted
 
         self.members, self.slots, self.device = members, slots, device
