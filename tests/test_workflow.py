@@ -87,6 +87,39 @@ def test_sweep_runs_2_variants_x_2_seeds_skips_finished_runs_and_compare_reports
         ["ippo", "mappo"]
 
 
+def _sweep_run_dir(out: Path, preset: str, overrides: list[str], name: str, status: str | None) -> Path:
+    """A run directory as the sweep leaves it (its config.yaml), with a summary.json of `status` (None: none)."""
+    from hypermappo import config as config_mod
+    from hypermappo import run_config
+
+    run = out / name
+    (run / "checkpoints").mkdir(parents=True)
+    config_mod.save_yaml(run_config.build_config(preset, [*overrides, f"run_dir={run}"]), run / "config.yaml")
+    if status is not None:
+        (run / "summary.json").write_text(json.dumps({"status": status, "eval_return_mean": None}))
+    return run
+
+
+def test_a_rerun_sweep_reports_a_run_that_failed_on_nan_as_failed_not_done(tmp_path, capsys):
+    """A run stopped by non-finite values (summary.json "failed: ...") is no finished run: a re-run of its sweep
+    lists it as failed, does not count it as complete and exits 1 (resuming it would repeat the failure)."""
+    out = tmp_path / "sweep"
+    fixed = [*TINY, "total_env_steps=40"]
+    _sweep_run_dir(out, "matrix/climbing", [*fixed, "seed=0"], "seed=0", "finished")
+    failed = _sweep_run_dir(out, "matrix/climbing", [*fixed, "seed=1"], "seed=1",
+                            "failed: non-finite reward (nan) from env 'matrix:climbing' at update 1")
+    args = ["sweep", "matrix/climbing", "seed=0,1", *fixed, "--out", str(out)]
+    assert main([*args, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 complete (skipped), 1 failed (skipped), 0 to resume, 0 to start" in printed, printed
+    assert "failed   seed=1: failed: non-finite reward (nan)" in printed, printed
+    assert main(args) == 1  # the sweep did not complete: one of its runs failed
+    printed = capsys.readouterr().out
+    assert f"seed=1: FAILED before: non-finite reward (nan) from env 'matrix:climbing' at update 1 (see " \
+           f"{failed / 'summary.json'}; delete {failed} to run it again)" in printed, printed
+    assert "sweep done: 0 runs completed now, 1 before, 1 failed" in printed, printed
+
+
 def test_sweep_over_an_unknown_key_is_one_line_exit_2_before_anything_runs(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert main(["sweep", "matrix/climbing", "seed=0..1", "ppo.lr_actr=1e-3,1e-4", "--out", str(out)]) == 2

@@ -10,8 +10,10 @@ The grid is the Cartesian product of the keys with more than one value. Each run
 `OUT/logs/<name>.log`.
 
 Re-invoking the same sweep skips runs that finished (`summary.json` present), resumes runs that
-were interrupted after a checkpoint, and restarts those interrupted before one. An existing run
-whose config differs from the grid's is an error, never overwritten. Every config is built and
+were interrupted after a checkpoint, and restarts those interrupted before one. A run that stopped on a
+failure it would repeat (non-finite values, a dead component: summary.json says `"status": "failed: ..."`)
+is listed as failed and not run again (delete its directory to retry it); the sweep then exits 1. An existing
+run whose config differs from the grid's is an error, never overwritten. Every config is built and
 validated before anything runs, so an unknown key or a bad value stops the sweep at once.
 
 Runs are separate processes: `--workers N` at a time locally, or Ray tasks (`--ray` starts Ray on
@@ -170,7 +172,8 @@ def _flatten(d: dict, prefix: str = ""):
 
 
 def run_status(preset: str, run: SweepRun) -> str:
-    """'done', 'resume', 'restart' (interrupted before its first checkpoint) or 'new'."""
+    """'done', 'failed' (stopped on a failure resuming would repeat), 'resume', 'restart' (interrupted before its
+    first checkpoint) or 'new'."""
     d = run.run_dir
     if not d.exists() or not any(d.iterdir()):
         return "new"
@@ -185,8 +188,18 @@ def run_status(preset: str, run: SweepRun) -> str:
         raise UserError(f"{d} holds a run with another config (differs in {', '.join(diff[:5])}); "
                         f"choose another --out for this sweep")
     if (d / "summary.json").exists():
-        return "done"
+        return "failed" if failure(d) else "done"
     return "resume" if any((d / "checkpoints").glob("ckpt_*.pt")) else "restart"
+
+
+def failure(run_dir: Path) -> str | None:
+    """Why a run with a summary.json stopped ("non-finite reward ..."), or None when it finished."""
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status", "finished")
+    except (ValueError, AttributeError, OSError):
+        return None
+    status = str(status)
+    return (status.removeprefix("failed:").strip() or "failed") if status.startswith("failed") else None
 
 
 def command(preset: str, run: SweepRun, status: str) -> list[str]:
@@ -336,15 +349,26 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
     n_workers = workers or _cpu_count()
     runs = expand(preset, args, out, n_workers)
     statuses = [(run, run_status(preset, run)) for run in runs]
-    todo = [(run, s) for run, s in statuses if s != "done"]
-    print(f"sweep {preset}: {len(runs)} runs in {out}; {len(runs) - len(todo)} complete (skipped), "
-          f"{sum(s == 'resume' for _, s in todo)} to resume, {sum(s != 'resume' for _, s in todo)} to start",
+    todo = [(run, s) for run, s in statuses if s not in ("done", "failed")]
+    failed_before = [run for run, s in statuses if s == "failed"]
+    done_before = len(runs) - len(todo) - len(failed_before)
+    print(f"sweep {preset}: {len(runs)} runs in {out}; {done_before} complete (skipped), "
+          + (f"{len(failed_before)} failed (skipped), " if failed_before else "")
+          + f"{sum(s == 'resume' for _, s in todo)} to resume, {sum(s != 'resume' for _, s in todo)} to start",
           flush=True)
     for run, status in statuses:
         if dry_run:
-            print(f"  {status:8s} {run.name}: {' '.join(command(preset, run, status))}")
-    if dry_run or not todo:
+            what = f"failed: {failure(run.run_dir)}" if status == "failed" else " ".join(command(preset, run, status))
+            print(f"  {status:8s} {run.name}: {what}")
+    if dry_run:
         return 0
+    for run in failed_before:
+        print(f"{run.name}: FAILED before: {failure(run.run_dir)} (see {run.run_dir / 'summary.json'}; delete "
+              f"{run.run_dir} to run it again)", flush=True)
+    if not todo:
+        if failed_before:
+            print(f"sweep done: 0 runs completed now, {done_before} before, {len(failed_before)} failed", flush=True)
+        return 1 if failed_before else 0
     for run, _ in todo:
         if run.run_dir.is_dir() and (pid := holder(run.run_dir)):
             raise UserError(f"run_dir {run.run_dir} is being trained by another process (pid {pid}); "
@@ -361,6 +385,6 @@ def sweep(preset: str, args: list[str], out: Path | None = None, workers: int | 
         failed = run_ray(preset, todo, ray_address, workers, threads, main)
     else:
         failed = run_local(preset, todo, n_workers, main)
-    print(f"sweep done: {len(todo) - failed} runs completed now, {len(runs) - len(todo)} before, {failed} failed"
-          f"; compare them with: hypermappo compare {out}", flush=True)
-    return 1 if failed else 0
+    print(f"sweep done: {len(todo) - failed} runs completed now, {done_before} before, "
+          f"{failed + len(failed_before)} failed; compare them with: hypermappo compare {out}", flush=True)
+    return 1 if failed or failed_before else 0
