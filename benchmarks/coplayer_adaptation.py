@@ -431,7 +431,9 @@ def inference_report(args, seeds: list[int]) -> None:
         lines.append("")
     if not lines:
         return
-    out = Path(args.out).with_name("coplayer_inference")
+    out = Path(args.out)
+    name = out.name.replace("coplayer_adaptation", "coplayer_inference")
+    out = out.with_name(name if name != out.name else name + "_inference")
     meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs, "K": args.k,
             "eval_envs": args.eval_envs, "partners": {g: GAMES[g]["partners"] for g in args.games},
             "variants": {v: VARIANTS[v] for v in models}}

@@ -159,10 +159,12 @@ def test_a_population_reports_the_goal_of_the_scripted_member_playing_in_each_en
     from hypermappo.envs.staghunt import StagHuntVecEnv
 
     env = StagHuntVecEnv(4)
-    members = [Phase(0, "scripted", policy="test_population:_goal_rule"), Phase(0, "scripted", policy="random")]
+    members = [Phase(0, "scripted", policy="test_population:_goal_rule"),
+               Phase(0, "scripted", policy="fixed", params={"action": 0}), Phase(0, "scripted", policy="random")]
     pop = population_mod.Population(members, sub_spec(env.spec, [1]), torch.tensor([1]), torch.device("cpu"))
-    _, goal = pop.act(env.reset(seed=0), env, pop.new_state(4), torch.tensor([0, 1, 0, 1]), torch.Generator())
-    assert goal.tolist() == [[6], [-2], [6], [-2]]  # random writes none: the co-player model's labels use hindsight
+    _, goal = pop.act(env.reset(seed=0), env, pop.new_state(4), torch.tensor([0, 1, 2, 1]), torch.Generator())
+    # fixed writes none (the co-player model's labels use hindsight); random writes -1: it pursues no goal
+    assert goal.tolist() == [[6], [-2], [-1], [-2]]
 
 
 def test_evaluation_of_a_population_run_lets_the_members_take_turns_over_episodes(tmp_path, monkeypatch):

@@ -180,7 +180,7 @@ def test_staghunt_goal_labels_of_scripted_partners_equal_their_targets(rules):
         assert (completed > 10).all(), "two stag hunters catch stags together"
 
 
-def test_staghunt_follow_and_a_gone_prey_write_no_goal():
+def test_staghunt_follow_targets_a_hunter_and_a_gone_prey_writes_no_goal():
     env, step = staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]], alive=[[False, True, True]])
     ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0))
     get_scripted("staghunt_stag")(step, ctx)
@@ -188,7 +188,23 @@ def test_staghunt_follow_and_a_gone_prey_write_no_goal():
     get_scripted("staghunt_hare")(step, ctx)
     assert ctx.goal.tolist() == [[1, 1]]
     get_scripted("staghunt_follow")(step, ctx)
-    assert ctx.goal.tolist() == [[-1, -1]]
+    assert ctx.goal.tolist() == [[2, 2]], "the follower's target is a hunter (goal 'hunter')"
+    get_scripted("random")(step, ctx)
+    assert ctx.goal.tolist() == [[-1, -1]], "random play pursues no goal"
+
+
+def test_eps_noisy_variant_replaces_a_fraction_of_moves_and_keeps_the_goal():
+    env = StagHuntVecEnv(2000)
+    step = env.reset(seed=0)
+    slots = torch.tensor([0, 1])
+    clean = get_scripted("staghunt_hare")(step, ScriptedContext(env, slots, torch.Generator().manual_seed(0)))
+    ctx = ScriptedContext(env, slots, torch.Generator().manual_seed(0), {"eps": 0.3})
+    noisy = get_scripted("staghunt_hare")(step, ctx)
+    changed = float((noisy != clean).float().mean())
+    assert 0.3 * 0.8 - 0.03 < changed < 0.3 * 0.8 + 0.03, changed  # a random move equals the rule's 1 time in 5
+    assert (ctx.goal == 1).all(), "the noisy hare hunter still hunts hares"
+    with pytest.raises(UserError, match=r"params eps=1.5 is invalid; expected a probability in \[0, 1\]"):
+        get_scripted("staghunt_hare")(step, ScriptedContext(env, slots, torch.Generator(), {"eps": 1.5}))
 
 
 def coins(players, coin_pos, colours) -> tuple[CoinGameVecEnv, object]:
