@@ -274,3 +274,21 @@ def test_hindsight_labels_reach_back_only_within_the_window_and_the_episode():
     end = torch.tensor([0, 0, 0, 0, 0, 0, 1, 0]).bool().view(8, 1)  # the episode ends after t=6
     assert hindsight_within(event, end, 2).flatten().tolist() == [-1, -1, 1, 1, 0, 0, -1, -1]
     assert hindsight_within(event, end, 0).flatten().tolist() == [1, 1, 1, 1, 0, 0, -1, -1]
+
+
+def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, capsys, monkeypatch):
+    """`hypermappo eval` rebuilds the goal belief from the checkpoint and updates it on everyone's moves, as the
+    run's own evaluation did: the same returns."""
+    import json
+
+    from hypermappo.cli import main
+
+    run = tmp_path / "run"
+    summary = Experiment(_cfg([*BAYES, "coplayer.feed=policy"]), run, quiet=True).run()
+    updates = []
+    observe = GoalBelief.observe
+    monkeypatch.setattr(GoalBelief, "observe", lambda self, *a: (updates.append(1), observe(self, *a))[1])
+    assert main(["eval", str(run), "--episodes", "4", "--quiet"]) == 0
+    assert len(updates) == 25, "the belief sees every step's moves (4 envs, one 25-step episode each)"
+    out = json.loads(capsys.readouterr().out)
+    assert out["return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)

@@ -114,4 +114,8 @@ def mutations(M):
           "        label[t] = torch.where((window <= 0) | (dist < window), nxt, -1)",
           "        label[t] = nxt", (B + "test_hindsight_labels_reach_back_only_within_the_window_and_the_episode",),
           "a goal completed 20 steps later labels every step before it"),
+        M("bayes_eval_belief_never_updated", "src/hypermappo/evaluation.py",
+          "        if hasattr(actor, \"observe\"):", "        if False:",
+          (B + "test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it",),
+          "evaluation plays the belief-fed actor with a belief that never sees a move"),
     ]
