@@ -251,3 +251,30 @@ def test_bench_has_accumulate_rows_next_to_mappo_and_they_run():
     overrides, _ = bench.EXTRA_ACCUMULATE["hyper-accum-obs-last-r0"]
     row = bench.measure(bench.case("hyper-accum-obs-last-r0", "matrix:climbing", 8, 1, overrides), 0, 1, 0.0, 5.0)
     assert row["e2e_sps"] > 0 and row["iterations"] >= 1
+
+
+def test_the_flagship_preset_trains_accumulate_with_the_default_chunk_length(tmp_path, capsys):
+    """`train mpe/simple_spread actor=hyper hyper.output=accumulate` (rollout_length 25): the default
+    ppo.data_chunk_length=auto is the largest divisor of rollout_length not above 10 (5 here), said in the header."""
+    from hypermappo.cli import main
+
+    small = ["num_envs=2", "total_env_steps=50", "eval_episodes=1", "torch_threads=1", "log.tensorboard=false",
+             "log.progress=false", "--quiet"]
+    run = tmp_path / "run"
+    assert main(["train", "mpe/simple_spread", "actor=hyper", "hyper.output=accumulate", f"run_dir={run}",
+                 *small]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "ppo.data_chunk_length: auto = 5 (the largest divisor of rollout_length 25 up to 10)" in out, out
+    # an explicit value is kept as it is, and one that does not divide rollout_length is still refused
+    assert main(["train", "mpe/simple_spread", "actor=hyper", "hyper.output=accumulate", "ppo.data_chunk_length=10",
+                 f"run_dir={tmp_path / 'explicit'}", *small]) == 2
+    assert "recurrent training needs rollout_length (25) to be a multiple of it, got 10" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("T", "chunk"), [(25, 5), (10, 10), (40, 10), (7, 7), (13, 1), (24, 8)])
+def test_auto_chunk_length_is_the_largest_divisor_of_rollout_length_up_to_10(T, chunk):
+    from hypermappo.config import data_chunk_length
+
+    cfg = build_config(None, ["actor=rnn", f"rollout_length={T}"])
+    assert cfg.ppo.data_chunk_length == "auto" and data_chunk_length(cfg) == chunk
+    assert data_chunk_length(build_config(None, ["actor=rnn", f"rollout_length={T}", "ppo.data_chunk_length=3"])) == 3

@@ -26,10 +26,12 @@ _FALSE = {"false", "no", "0", "off"}
 
 
 def opt(default: Any, help: str, *, choices: list | None = None, min: float | None = None,
-        max: float | None = None, min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
-    """A config field: default, one-line help and the checks its value must pass (floats must also be finite)."""
+        max: float | None = None, min_exclusive: bool = False, max_exclusive: bool = False,
+        words: list | None = None) -> Any:
+    """A config field: default, one-line help and the checks its value must pass (floats must also be finite);
+    `words`: the strings an `int | str` field takes besides its numbers (e.g. auto)."""
     meta = {"help": help, "choices": choices, "min": min, "max": max, "min_exclusive": min_exclusive,
-            "max_exclusive": max_exclusive}
+            "max_exclusive": max_exclusive, "words": words}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
     return field(default=default, metadata=meta)
@@ -72,7 +74,9 @@ class PPOConfig:
                                    "the whole's (float rounding aside), with less memory (algos/micro_batch.py); "
                                    "0 = the whole mini-batch in one pass (the default: blocks were not reliably "
                                    "faster, benchmarks/micro_batch.py)", min=0)
-    data_chunk_length: int = opt(10, "recurrent training chunk length (steps)", min=1)
+    data_chunk_length: int | str = opt("auto", "recurrent training chunk length (steps); it must divide rollout_length; "
+                                               "auto = the largest divisor of rollout_length up to 10",
+                                       min=1, words=["auto"])
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
     compile: str = opt("auto", "compiled training step (torch.compile): collection's policy forward and the whole "
                                "PPO update (loss, backward, clipping, Adam) as static-shape graphs, compiled during the "
@@ -314,6 +318,13 @@ def _type_name(tp: Any) -> str:
 def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
     """Convert `value` to type `tp` or raise a one-line UserError naming `key`."""
     origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType) and set(typing.get_args(tp)) == {int, str}:  # a count or a word
+        if isinstance(value, str):
+            try:
+                return _coerce(key, value, int, from_string)
+            except UserError:
+                return value.strip()  # which words it takes: _check_range
+        return _coerce(key, value, int, from_string)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None or (from_string and str(value).lower() in ("none", "null")):
@@ -401,6 +412,9 @@ def _coerce(key: str, value: Any, tp: Any, from_string: bool) -> Any:
 
 
 def _check_range(key: str, value: Any, meta: dict) -> None:
+    words = meta.get("words")
+    if words is not None and isinstance(value, str) and value not in words:
+        raise UserError(f"{key}: expected an integer or one of {words}, got {value!r}")
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
@@ -553,6 +567,19 @@ def check_duplicate_keys(overrides: list[str]) -> None:
         if "=" in o and key in seen:
             raise UserError(f"{key}: given twice ({seen[key]!r} and {o!r}); give each key once")
         seen[key] = o
+
+
+CHUNK_AUTO_MAX = 10  # ppo.data_chunk_length=auto: the largest divisor of rollout_length up to this
+
+
+def data_chunk_length(cfg: Config) -> int:
+    """ppo.data_chunk_length as steps: an explicit value as it is; auto = the largest divisor of rollout_length up to
+    CHUNK_AUTO_MAX (10, the old default: any rollout_length it divides keeps it; 25 gets 5)."""
+    value = cfg.ppo.data_chunk_length
+    if value != "auto":
+        return int(value)
+    T = cfg.rollout_length
+    return max(d for d in range(1, min(T, CHUNK_AUTO_MAX) + 1) if T % d == 0)
 
 
 def _recurrent(cfg: Config) -> bool:

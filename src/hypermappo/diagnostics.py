@@ -26,6 +26,7 @@ import itertools
 
 import torch
 
+from hypermappo.config import data_chunk_length
 from hypermappo.errors import UserError
 from hypermappo.models.distributions import Categorical, DiagGaussian, MultiCategorical
 
@@ -124,13 +125,13 @@ class Diagnostics:
             obs = buf.obs[buf.active]  # [M, D] active agents' observations from the first rollout
             idx = torch.randperm(obs.shape[0], generator=g)[: d.snd_pool].to(obs.device)
             self.pool = obs[idx].clone()
-        batch = full_batch(buf, recurrent, self.cfg.ppo.data_chunk_length)
+        batch = full_batch(buf, recurrent, data_chunk_length(self.cfg))
         active_adv = buf.advantages[buf.active]
         mean, std = (active_adv.mean(), active_adv.std()) if active_adv.numel() > 1 else (0.0, 1.0)
         return gradient_cosine(self.actor, batch, d.grad_cos_samples, mean, std, self.cfg.ppo.clip)
 
     def after_update(self, buf, recurrent: bool) -> dict:
-        batch = full_batch(buf, recurrent, self.cfg.ppo.data_chunk_length)
+        batch = full_batch(buf, recurrent, data_chunk_length(self.cfg))
         kl, out = per_agent_kl(self.actor, batch, self.spec.action_space)
         stats = {f"kl_agent_{i}": float(v) for i, v in enumerate(kl)}
         stats["kl_sum"] = float(kl.sum())

@@ -202,6 +202,11 @@ class Experiment:
                                               if g.learner and hasattr(g.learner, "micro_note")))
         if self.micro_notes:
             self.summary_extra["micro_batch"] = "; ".join(self.micro_notes)
+        # ppo.data_chunk_length=auto (config.py): the chunk length a recurrent learner trains on, for the run header
+        self.chunk_notes = list(dict.fromkeys(g.learner.chunk_note for g in self.groups
+                                              if g.learner and getattr(g.learner, "chunk_note", None)))
+        if self.chunk_notes:
+            self.summary_extra["data_chunk_length"] = "; ".join(self.chunk_notes)
         self.first_update_s: list[float] = []  # wall time of this process's first two updates (compile time)
         self.summary_extra["death"] = self.death
         self.logger = RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, cfg.log.wandb_project,

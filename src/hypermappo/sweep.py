@@ -160,6 +160,8 @@ def expand(preset: str, args: list[str], out: Path, workers: int = 1) -> list[Sw
 
 def _comparable(cfg: dict) -> dict:
     flat = dict(_flatten(cfg))
+    if flat.get("ppo.data_chunk_length") == 10:  # written before `auto`, the default since: wherever a run read 10,
+        flat["ppo.data_chunk_length"] = "auto"  # auto is 10 too (10 divided its rollout_length, or nothing read it)
     return {k: v for k, v in flat.items() if k not in _EXECUTION_KEYS}
 
 

@@ -17,6 +17,7 @@ import torch.nn as nn
 from hypermappo.algos import micro_batch
 from hypermappo.algos.norms import grad_norm
 from hypermappo.algos.value_norm import build_value_norm
+from hypermappo.config import data_chunk_length
 from hypermappo.errors import NonFiniteError
 from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
 
@@ -156,7 +157,7 @@ class MAPPO:
         sums: dict[str, torch.Tensor] = {}
         n = 0
         for epoch in range(p.ppo_epoch):
-            batches = (buf.chunks(p.num_mini_batch, p.data_chunk_length, generator, p.minibatch_over)
+            batches = (buf.chunks(p.num_mini_batch, data_chunk_length(self.cfg), generator, p.minibatch_over)
                        if self.recurrent else buf.minibatches(p.num_mini_batch, generator, p.minibatch_over))
             for minibatch, batch in enumerate(batches):
                 self.actor_opt.zero_grad(set_to_none=True)

@@ -35,6 +35,7 @@ import torch
 from hypermappo.algos import micro_batch
 from hypermappo.compile import compile_fn
 from hypermappo.compile import decide as decide_compile
+from hypermappo.config import CHUNK_AUTO_MAX, data_chunk_length
 from hypermappo.errors import UserError
 from hypermappo.policies.loaded import load_frozen_actor  # a trained run's actor for a frozen group (loaded.py)
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
@@ -87,10 +88,12 @@ class Learner:
         self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))
         self.policy_step = compile_fn(self.policy_forward) if self.compiled else self.policy_forward
         self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)
-        T, L = cfg.rollout_length, cfg.ppo.data_chunk_length
+        T, L = cfg.rollout_length, data_chunk_length(cfg)  # auto: the largest divisor of T up to 10 (config.py)
         if self.algo.recurrent and T % L:
             raise UserError(f"ppo.data_chunk_length: recurrent training needs rollout_length ({T}) to be a multiple "
                             f"of it, got {L}")
+        self.chunk_note = (f"ppo.data_chunk_length: auto = {L} (the largest divisor of rollout_length {T} up to "
+                           f"{CHUNK_AUTO_MAX})" if self.algo.recurrent and cfg.ppo.data_chunk_length == "auto" else None)
         self.micro_note = micro_batch.describe(cfg, T * num_envs, spec.num_agents)  # for the run header
         self.batch_generator = torch.Generator().manual_seed(batch_seed)
         space = spec.action_space
