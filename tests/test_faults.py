@@ -388,14 +388,15 @@ def test_ctrl_c_to_the_process_group_with_env_worker_processes(tmp_path):
     assert err.decode().strip().splitlines()[-1].endswith(f"continue with: hypermappo resume {run}")
 
 
-def signals_during_collection(at: int, signals: list[int]):
-    """StagHuntVecEnv.step that sends `signals` to this process at its `at`-th call."""
+def signals_during_collection(at: int, signals: list[int], gap: float = 0.0):
+    """StagHuntVecEnv.step that sends `signals` to this process at its `at`-th call, `gap` seconds apart."""
     step, calls = StagHuntVecEnv.step, []
 
     def signalling_step(env, actions):
         calls.append(1)
         if len(calls) == at:
-            for signum in signals:
+            for i, signum in enumerate(signals):
+                time.sleep(gap if i else 0.0)
                 os.kill(os.getpid(), signum)
         return step(env, actions)
 
@@ -414,7 +415,11 @@ def test_first_signal_finishes_the_update_and_restores_the_handlers(tmp_path, mo
 
 
 def test_second_signal_aborts_at_once_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
-    monkeypatch.setattr(StagHuntVecEnv, "step", signals_during_collection(at=23, signals=[signal.SIGINT, signal.SIGINT]))
+    from hypermappo.runtime import signals as signals_mod
+
+    monkeypatch.setattr(signals_mod, "REPEAT_S", 0.05)  # a second signal: after the first's repeat window
+    monkeypatch.setattr(StagHuntVecEnv, "step", signals_during_collection(at=23, signals=[signal.SIGINT, signal.SIGINT],
+                                                                          gap=0.1))
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     run = tmp_path / "run"
     exp = staghunt_experiment(run, ["checkpoint_interval=2"])
@@ -425,6 +430,17 @@ def test_second_signal_aborts_at_once_and_keeps_the_last_checkpoint(tmp_path, mo
     assert exp.update == 2 and metric_rows(run) == 2  # stopped inside update 3's collection
     assert_finite_checkpoints(run, [2])
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == previous
+
+
+def test_one_signal_delivered_twice_at_once_counts_once(tmp_path, monkeypatch):
+    """`timeout` (and Slurm, container runtimes) sends its SIGTERM to the process and to its process group: the run
+    gets it twice at once. That is one signal: the update finishes and is checkpointed, nothing aborts."""
+    monkeypatch.setattr(StagHuntVecEnv, "step", signals_during_collection(at=23, signals=[signal.SIGTERM] * 2))
+    exp = staghunt_experiment(tmp_path / "run", ["checkpoint_interval=10"])
+    with pytest.raises(RunInterrupted, match=r"interrupted by SIGTERM after update 3 \(env step 120\)") as info:
+        exp.run()
+    assert info.value.exit_code == 143
+    assert checkpoint_updates(tmp_path / "run") == [3]
 
 
 def test_compare_skips_failed_runs(finished_run, tmp_path, capsys):

@@ -3,6 +3,10 @@ one aborts at once.
 
 `StopSignals.installed` holds the handler for the life of `Experiment.run`; the loop reads `received` after each update.
 Handlers can only be installed in the main thread: elsewhere the caller's handling stays as it was.
+
+One signal often reaches a run more than once: GNU `timeout` sends it to the run and then to the run's process
+group, a sweep passes on the Ctrl-C the terminal already sent to its runs, a forkserver's exit sends its children
+their death signal. So the same signal again within `REPEAT_S` of the first is that signal, not a second one.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REPEAT_S = 1.0  # the same signal again within this many seconds of the first: one delivery that reached us twice
 
 
 class StopSignals:
@@ -23,6 +29,7 @@ class StopSignals:
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
         self.received: int | None = None
+        self.received_at = 0.0  # time.monotonic() when the first came
         self.abort: Callable[[int], BaseException] | None = None
 
     @contextlib.contextmanager
@@ -46,10 +53,13 @@ class StopSignals:
 
     def handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name
+        now = time.monotonic()
         if self.received is None:
-            self.received = signum
+            self.received, self.received_at = signum, now
             if not self.quiet:  # os.write: print() is not safe inside a signal handler
                 os.write(2, f"\n{name}: stopping after this update and saving a checkpoint "
                             f"({name} again aborts at once)\n".encode())
             return
+        if signum == self.received and now - self.received_at < REPEAT_S:
+            return  # the first one again: sent to this process and to its process group, or passed on by a parent
         raise self.abort(signum)
