@@ -388,8 +388,9 @@ def test_ctrl_c_to_the_process_group_with_env_worker_processes(tmp_path):
     assert err.decode().strip().splitlines()[-1].endswith(f"continue with: hypermappo resume {run}")
 
 
-def signals_during_collection(at: int, signals: list[int], gap: float = 0.0):
-    """StagHuntVecEnv.step that sends `signals` to this process at its `at`-th call, `gap` seconds apart."""
+def signals_during_collection(at: int, signals: list[int], gap: float = 0.0, then=None):
+    """StagHuntVecEnv.step that sends `signals` to this process at its `at`-th call, `gap` seconds apart (and then
+    raises `then`, if given)."""
     step, calls = StagHuntVecEnv.step, []
 
     def signalling_step(env, actions):
@@ -398,6 +399,8 @@ def signals_during_collection(at: int, signals: list[int], gap: float = 0.0):
             for i, signum in enumerate(signals):
                 time.sleep(gap if i else 0.0)
                 os.kill(os.getpid(), signum)
+            if then is not None:
+                raise then
         return step(env, actions)
 
     return signalling_step
@@ -441,6 +444,51 @@ def test_one_signal_delivered_twice_at_once_counts_once(tmp_path, monkeypatch):
         exp.run()
     assert info.value.exit_code == 143
     assert checkpoint_updates(tmp_path / "run") == [3]
+
+
+def test_a_failure_after_the_first_signal_is_reported_as_the_signal(tmp_path, monkeypatch):
+    """The update under way fails after a SIGTERM sent to the process group (a child process it started got the signal
+    too, e.g. a compiler started outside the shield): one line says the signal stopped the run in that update, with
+    the failure and its traceback in error.log; the last checkpoint is unchanged and resume continues from it."""
+    killed = subprocess.CalledProcessError(-signal.SIGTERM, ["g++", "kernel.cpp"])
+    monkeypatch.setattr(StagHuntVecEnv, "step", signals_during_collection(at=23, signals=[signal.SIGTERM], then=killed))
+    run = tmp_path / "run"
+    exp = staghunt_experiment(run, ["checkpoint_interval=2"])
+    with pytest.raises(RunInterrupted) as info:
+        exp.run()
+    assert info.value.exit_code == 143
+    assert str(info.value) == (
+        f"interrupted by SIGTERM in update 3, which did not finish (CalledProcessError: Command '['g++', "
+        f"'kernel.cpp']' died with <Signals.SIGTERM: 15>.; traceback in {run / 'error.log'}); the last checkpoint "
+        f"({run / 'checkpoints' / 'ckpt_0000002.pt'}) is unchanged; continue with: hypermappo resume {run}")
+    assert "CalledProcessError" in (run / "error.log").read_text()
+    assert_finite_checkpoints(run, [2])
+
+
+def test_sigterm_to_the_process_group_during_the_first_compiled_update_saves_it(tmp_path):
+    """GNU `timeout` sends SIGTERM to the run and to its process group while the first compiled update compiles: the
+    compiler child processes (here a stand-in, tests/slow_compile.py) get it too. The compile must not fail for it
+    (no compiler traceback) and the one signal counts once: the update finishes, is checkpointed, one line says so."""
+    run, started = tmp_path / "run", tmp_path / "compiling"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+               SLOW_COMPILE_S="3", SLOW_COMPILE_STARTED=str(started))
+    proc = subprocess.Popen([sys.executable, "-c", "import slow_compile; slow_compile.main()", "train",
+                             "staghunt/default", *SIGNAL_RUN, "ppo.compile=on", f"run_dir={run}", "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the training subprocess never compiled"
+        time.sleep(0.01)
+    time.sleep(0.5)  # the stand-in compiler is running
+    os.kill(proc.pid, signal.SIGTERM)  # as timeout does: the process, then its whole group
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    err = err.decode().strip().splitlines()
+    assert proc.returncode == 143, err
+    assert err == [f"hypermappo train: interrupted by SIGTERM after update 1 (env step 40); saved "
+                   f"{run / 'checkpoints' / 'ckpt_0000001.pt'}; continue with: hypermappo resume {run}"], err
+    assert checkpoint_updates(run) == [1] == [metric_rows(run)]
 
 
 def test_compare_skips_failed_runs(finished_run, tmp_path, capsys):

@@ -485,8 +485,12 @@ class Experiment:
         with self.stop.installed(self._aborted):  # the first SIGINT / SIGTERM sets stop_signal; a second aborts
             try:
                 return self._run()
-            except RunFailed as e:
-                raise self._stopped(e) from e
+            except Exception as e:
+                if self.stop_signal is not None and not isinstance(e, (UserError, NonFiniteError)):
+                    raise self._interrupted_during(e) from e
+                if isinstance(e, RunFailed):
+                    raise self._stopped(e) from e
+                raise
 
     # the first SIGINT / SIGTERM run() received (None: none yet); the loop stops after the update it came in
     stop_signal = property(lambda self: self.stop.received, lambda self, signum: setattr(self.stop, "received", signum))
@@ -498,6 +502,27 @@ class Experiment:
             else "no checkpoint was written"
         return RunInterrupted(f"aborted by a second {name}; {kept}; continue with: hypermappo resume {self.run_dir}",
                               128 + signum)
+
+    def _interrupted_during(self, error: Exception) -> RunInterrupted:
+        """The update under way failed after the first SIGINT / SIGTERM: the signal reached the processes it started
+        too (sent to the process group: a compiler not shielded, an env worker). The signal is what stopped the run;
+        the failure's traceback goes to RUN_DIR/error.log and the last checkpoint stays as it was."""
+        log = self.run_dir / "error.log"
+        log.write_text("".join(traceback.format_exception(error)))
+        self._end_progress_line()
+        for close in (self.logger.close, self.env.close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - already stopping; report the signal, not this
+                pass
+        if isinstance(error, RunFailed) and error.__cause__ is not None:  # an env call's failure: what it caught
+            error = error.__cause__
+        name = signal.Signals(self.stop_signal).name
+        kept = f"the last checkpoint ({self.last_checkpoint}) is unchanged" if self.last_checkpoint \
+            else "no checkpoint was written"
+        return RunInterrupted(f"interrupted by {name} in update {self.update + 1}, which did not finish ({one_line(error)}; "
+                              f"traceback in {log}); {kept}; continue with: hypermappo resume {self.run_dir}",
+                              128 + self.stop_signal)
 
     def _stop_for_signal(self) -> None:
         """After the first SIGINT / SIGTERM: checkpoint this update (if not done yet) and stop."""
@@ -548,6 +573,9 @@ class Experiment:
             for g in learning:
                 if g.learner.cfg.ppo.lr_decay:
                     g.learner.algo.set_lr_fraction(1.0 - self.update / self.updates_total)
+            # compiling (the first updates of a compiled run): the compilers it starts do not get SIGINT / SIGTERM sent
+            # to the process group, so a signal lets this update finish (runtime/signals.py)
+            self.stop.shield_children(self.compiled and len(self.first_update_s) < 2)
             t0 = time.perf_counter()
             for g in learning:
                 g.learner.actor.eval(), g.learner.critic.eval()
@@ -579,6 +607,7 @@ class Experiment:
                 g.learner.updates_done += 1
                 losses.update(self._prefix(g, group_losses[g.name]))
             t2 = time.perf_counter()
+            self.stop.shield_children(False)
             if diag_due:
                 for g in learning:
                     L = g.learner

@@ -7,6 +7,9 @@ Handlers can only be installed in the main thread: elsewhere the caller's handli
 One signal often reaches a run more than once: GNU `timeout` sends it to the run and then to the run's process
 group, a sweep passes on the Ctrl-C the terminal already sent to its runs, a forkserver's exit sends its children
 their death signal. So the same signal again within `REPEAT_S` of the first is that signal, not a second one.
+A signal sent to the process group also reaches the run's child processes: while the compiled path compiles,
+`shield_children` keeps the compilers Inductor starts (and any child started meanwhile) from getting SIGINT /
+SIGTERM, so they finish, and the update with them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class StopSignals:
         self.received: int | None = None
         self.received_at = 0.0  # time.monotonic() when the first came
         self.abort: Callable[[int], BaseException] | None = None
+        self.shielded = False
+        self._receiver: threading.Event | None = None  # set: the receiver thread (see shield_children) ends
 
     @contextlib.contextmanager
     def installed(self, abort: Callable[[int], BaseException]):
@@ -47,6 +52,10 @@ class StopSignals:
         try:
             yield self
         finally:
+            self.shield_children(False)
+            if self._receiver is not None:
+                self._receiver.set()
+                self._receiver = None
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             self.abort = None
@@ -63,3 +72,20 @@ class StopSignals:
         if signum == self.received and now - self.received_at < REPEAT_S:
             return  # the first one again: sent to this process and to its process group, or passed on by a parent
         raise self.abort(signum)
+
+    def shield_children(self, on: bool) -> None:
+        """While on, the child processes the main thread starts (and those of threads it starts meanwhile) begin with
+        SIGINT / SIGTERM blocked, as a signal mask is inherited, so a signal sent to the whole process group (Ctrl-C,
+        `timeout`, Slurm) does not kill them: Inductor's compilers finish, and the update with them. This process
+        still gets the signal: a receiver thread that blocks neither takes it for the handler, which runs in the main
+        thread as always. Main thread only; off again when `installed` ends."""
+        if threading.current_thread() is not threading.main_thread() or on == self.shielded:
+            return
+        if on:
+            if self._receiver is None:  # started before the mask changes, so it keeps both signals unblocked
+                self._receiver = threading.Event()
+                threading.Thread(target=self._receiver.wait, name="stop-signal-receiver", daemon=True).start()
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        else:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        self.shielded = on
