@@ -122,6 +122,29 @@ def test_sigkilled_sweep_leaves_no_worker_and_its_rerun_resumes_every_run(tmp_pa
             assert [int(r["update"]) for r in csv.DictReader(f)] == list(range(1, 51))
 
 
+def test_ctrl_c_on_a_local_sweep_saves_the_update_in_progress_of_each_run(tmp_path):
+    """Ctrl-C in a terminal sends SIGINT to the sweep and to its runs (one process group): each run finishes the update
+    under way and checkpoints it, as a run started by `train` does; the sweep waits for them and passes nothing on
+    that its runs would take for a second signal."""
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "hypermappo.cli", "sweep", "matrix/climbing", "seed=0", *TINY,
+            "total_env_steps=200000", "checkpoint_interval=1000", "--workers", "1", "--out", str(out)]
+    sweep = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    run = out / "run"
+    deadline = time.monotonic() + 90
+    while _rows(run / "metrics.csv") < 3:  # training, no checkpoint yet (the first is due at update 1000)
+        assert sweep.poll() is None, sweep.stdout.read().decode()
+        assert time.monotonic() < deadline, "the sweep's run made no progress"
+        time.sleep(0.01)
+    os.killpg(sweep.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    sweep.communicate(timeout=60)
+    rows = _rows(run / "metrics.csv")
+    log = (out / "logs" / "run.log").read_text().strip().splitlines()
+    assert log[-1] == (f"hypermappo train: interrupted by SIGINT after update {rows} (env step {40 * rows:,}); saved "
+                       f"{run / 'checkpoints' / f'ckpt_{rows:07d}.pt'}; continue with: hypermappo resume {run}"), log
+    assert sorted(p.name for p in (run / "checkpoints").glob("ckpt_*.pt")) == [f"ckpt_{rows:07d}.pt"]
+
+
 def test_sweep_rerun_refuses_a_run_dir_another_process_is_training(tmp_path, capsys):
     from hypermappo.runtime.run_lock import RunDirLock
 

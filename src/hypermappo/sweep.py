@@ -250,10 +250,21 @@ def _train_in_process(main: Main, argv: list[str], log_path: str) -> None:
 
 
 def run_local(preset: str, jobs: list[tuple[SweepRun, str]], workers: int, main: Main) -> int:
-    """Each run in its own process, `workers` at a time; returns the number of failed runs."""
+    """Each run in its own process, `workers` at a time; returns the number of failed runs.
+
+    Stopped by SIGINT (Ctrl-C) or SIGTERM, the sweep passes that same signal on to its running runs, which finish
+    the update under way, checkpoint it and exit (a re-run resumes them), and waits for them. Ctrl-C in a terminal
+    (or `timeout`) has sent it to the runs already: the same signal again at once counts once for them
+    (runtime/signals.py), where another one would abort them without their checkpoint."""
     ctx = _process_context()
     pending, running, finished, failed = list(jobs), {}, 0, 0
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed sweep stops its runs too
+    stop: list[int] = []  # the signal that stopped the sweep
+
+    def interrupt(signum, frame):
+        stop.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}  # the runs stop with it
     try:
         while pending or running:
             while pending and len(running) < workers:
@@ -270,16 +281,16 @@ def run_local(preset: str, jobs: list[tuple[SweepRun, str]], workers: int, main:
                 failed += proc.exitcode != 0
                 _report(finished, len(jobs), run, proc.exitcode, time.monotonic() - t0)
     finally:
-        for proc in running:  # interrupted: stop the runs this sweep started; they resume next time
-            proc.terminate()
+        signum = stop[0] if stop else signal.SIGTERM  # interrupted: stop the runs this sweep started; they resume
+        for proc in running:  # next time
+            if proc.exitcode is None:
+                with contextlib.suppress(ProcessLookupError):  # it has just ended
+                    os.kill(proc.pid, signum)
+        for sig, handler in previous.items():  # a second Ctrl-C while the runs finish their update: the default
+            signal.signal(sig, handler)
         for proc in running:
             proc.join()
-        signal.signal(signal.SIGTERM, previous)
     return failed
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def train_in_worker(main: Main, argv: list[str], log_path: str) -> int:
