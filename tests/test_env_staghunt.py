@@ -307,7 +307,10 @@ def test_goal_event_fires_exactly_for_the_hunters_on_caught_prey():
     assert s.extras["goal_event"].tolist() == [[STAG, STAG, HARE]]
     assert s.reward.tolist() == [[11.0, 11.0, 11.0]], "shared reward: the team's, goal only for the catchers"
     s = act(env, STAY, STAY, STAY)
-    assert s.extras["goal_event"].tolist() == [[HUNTER, HUNTER, -1]], "nothing caught; the two stag hunters share a cell"
+    assert s.extras["goal_event"].tolist() == [[-1, -1, -1]], "nothing caught, nobody moved onto anybody"
+    place(env, hunters=[[1, 1], [2, 1], [4, 4]], stags=[[0, 4]], hares=[[0, 0], [3, 3]])
+    s = act(env, DOWN, STAY, STAY)  # hunter 0 walks onto hunter 1: it reached a hunter, hunter 1 did nothing
+    assert s.extras["goal_event"].tolist() == [[HUNTER, -1, -1]]
     place(env, hunters=[[1, 2], [0, 0], [4, 4]], stags=[[2, 2]], hares=[[0, 4], [3, 3]])
     s = act(env, DOWN, STAY, STAY)  # alone on the stag: no catch, no goal
     assert s.extras["goal_event"].tolist() == [[-1, -1, -1]]

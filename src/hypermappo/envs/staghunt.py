@@ -27,7 +27,7 @@ Rules (env string `staghunt`):
 - Goal labels (`spec.goal_names = ["stag", "hare", "hunter"]`, "what a hunter is going for" by kind, since a
   caught prey respawns elsewhere and its slot says nothing lasting): `extras["goal_event"]` [E, H] int64 in
   every EnvStep is 0 for a hunter standing on a stag caught this step, 1 on a caught hare (0 when it caught
-  both on one cell), 2 for a hunter that caught nothing and stands on another hunter's cell, -1 otherwise
+  both on one cell), 2 for a hunter that caught nothing and moved onto another hunter's cell, -1 otherwise
   (also at reset). The scripted rules `staghunt_stag` / `staghunt_hare` / `staghunt_follow` write their
   target kind into `ScriptedContext.goal`; for learned hunters the next goal_event is the label.
 - Caught prey respawns on a uniformly random cell holding no hunter and no other prey
@@ -335,6 +335,7 @@ class StagHuntVecEnv(VecEnv):
             raise RuntimeError("call reset() before step()")
         e, h, dev = self.num_envs, self.n_hunters, self.device
         actions = actions.to(dev).long().view(e, h)
+        before = self.hunters
         self.hunters = (self.hunters + self._moves[actions]).clamp(0, self.size - 1)  # [E, H, 2]
 
         on_prey = (self.hunters.unsqueeze(2) == self.prey.unsqueeze(1)).all(-1) & self.prey_alive.unsqueeze(1)  # [E,H,P]
@@ -354,7 +355,8 @@ class StagHuntVecEnv(VecEnv):
             reward = reward - self.step_penalty
         self.stag_captures += caught[:, :self.n_stags].sum(-1)
         self.hare_captures += caught[:, self.n_stags:].sum(-1)
-        met = (self.hunters.unsqueeze(2) == self.hunters.unsqueeze(1)).all(-1).sum(-1) > 1  # [E, H]: on another hunter
+        moved = (self.hunters != before).any(-1)  # [E, H]
+        met = moved & ((self.hunters.unsqueeze(2) == self.hunters.unsqueeze(1)).all(-1).sum(-1) > 1)  # walked onto one
         goal_event = torch.where(catchers[..., :self.n_stags].any(-1), STAG_GOAL,
                                  torch.where(catchers[..., self.n_stags:].any(-1), HARE_GOAL,
                                              torch.where(met, HUNTER_GOAL, -1)))  # [E, H]
