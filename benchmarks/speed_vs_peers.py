@@ -179,8 +179,9 @@ def markdown(spec, rounds, meta) -> str:
               "as the eager update runs them: MKL) and what they leave reachable with MKL's products (median over "
               "rounds). Compiling removes none of them; but the compiled graphs send the forward and input-gradient "
               "products of 32,768 rows or more to oneDNN (src/hypermappo/compile/onednn_gemm.py) and the weight gradients "
-              "of 8,192 rows or more to a C kernel (src/hypermappo/compile/weight_grad.py), so at E = 1024 the compiled row "
-              "can pass this bound:", ""]
+              "of 8,192 rows or more to a C kernel (src/hypermappo/compile/weight_grad.py), each where a timed probe on "
+              "this CPU finds it faster (src/hypermappo/compile/probe.py), so at E = 1024 the compiled row can pass "
+              "this bound:", ""]
     lines += gemm_bounds(rounds)
     return "\n".join(lines) + "\n"
 

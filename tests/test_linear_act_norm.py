@@ -16,6 +16,13 @@ pytestmark = pytest.mark.skipif(isinstance(lan.library(), str) or act_norm.unava
 EPS = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def fused_at_every_admitted_product(monkeypatch):
+    """These tests are about the rewrites: every product the pass's rule admits is taken (switch 1), with no timed
+    probe deciding (compile/probe.py; tests/test_cpu_tuning.py tests the probe)."""
+    monkeypatch.setenv("HYPERMAPPO_LINEAR_ACT_NORM", "1")
+
+
 def affine(seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.rand(64, generator=g) + 0.5, torch.randn(64, generator=g) * 0.1

@@ -11,6 +11,13 @@ pytestmark = [pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler
               pytest.mark.skipif(not onednn_gemm.enabled(), reason="this torch has no oneDNN")]
 
 
+@pytest.fixture(autouse=True)
+def onednn_at_every_admitted_product(monkeypatch):
+    """These tests are about the rewrites: every product the pass's rule admits is taken (switch 1), with no timed
+    probe deciding (compile/probe.py; tests/test_cpu_tuning.py tests the probe)."""
+    monkeypatch.setenv("HYPERMAPPO_ONEDNN_GEMM", "1")
+
+
 def two_layers(x, w1, b1, w2):
     return (torch.relu(torch.addmm(b1, x, w1)) @ w2).square().mean()
 

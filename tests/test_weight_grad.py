@@ -14,6 +14,13 @@ from hypermappo.errors import UserError
 pytestmark = pytest.mark.skipif(not weight_grad.enabled(), reason=f"kernel: {weight_grad.status()}")
 
 
+@pytest.fixture(autouse=True)
+def weight_grad_at_every_admitted_product(monkeypatch):
+    """These tests are about the rewrites: every product the pass's rule admits is taken (switch 1), with no timed
+    probe deciding (compile/probe.py; tests/test_cpu_tuning.py tests the probe)."""
+    monkeypatch.setenv("HYPERMAPPO_WEIGHT_GRAD", "1")
+
+
 def reference(a, b):
     return (a.double().t() @ b.double()).float()
 
@@ -151,16 +158,19 @@ def test_only_a_transposed_first_operand_is_rewritten(monkeypatch):
 
 
 def test_switch_and_status(monkeypatch):
-    assert weight_grad.status() == f"on in compiled graphs from {weight_grad.MIN_ROWS:,} rows"
+    assert weight_grad.status() == f"on in compiled graphs from {weight_grad.MIN_ROWS:,} rows, every such product"
+    monkeypatch.delenv("HYPERMAPPO_WEIGHT_GRAD")
+    assert weight_grad.status() == (f"on in compiled graphs from {weight_grad.MIN_ROWS:,} rows, where a probe on this "
+                                    "CPU finds it faster")
     monkeypatch.setenv("HYPERMAPPO_WEIGHT_GRAD", "0")
     assert not weight_grad.enabled() and weight_grad.status() == "off (HYPERMAPPO_WEIGHT_GRAD=0)"
     configure()
-    assert weight_grad.PASS not in torch._inductor.config.post_grad_custom_post_pass
+    assert weight_grad.PASS not in torch._inductor.config.post_grad_custom_post_pass.passes
     monkeypatch.setenv("HYPERMAPPO_WEIGHT_GRAD", "true")
-    with pytest.raises(UserError, match="HYPERMAPPO_WEIGHT_GRAD='true': expected 0 or 1"):
+    with pytest.raises(UserError, match="HYPERMAPPO_WEIGHT_GRAD='true': expected 0, 1 or auto"):
         weight_grad.enabled()
     monkeypatch.delenv("HYPERMAPPO_WEIGHT_GRAD")
     configure()
-    assert weight_grad.PASS in torch._inductor.config.post_grad_custom_post_pass
+    assert weight_grad.PASS in torch._inductor.config.post_grad_custom_post_pass.passes
     monkeypatch.setattr(weight_grad, "_LIBRARY", ["no C compiler found (set CC)"])
     assert not weight_grad.enabled() and weight_grad.status() == "off (no C compiler found (set CC))"

@@ -51,7 +51,7 @@ from hypermappo.checkpoint import (
     shapes,
     write_checkpoint,
 )
-from hypermappo.compile import collect_step, compile_fn, linear_act_norm, weight_grad
+from hypermappo.compile import collect_step, compile_fn, cpu_kernels_report, linear_act_norm, weight_grad
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
@@ -657,10 +657,13 @@ class Experiment:
         if len(self.first_update_s) == 2:
             first, second = self.first_update_s
             self.summary_extra["compile_s"] = round(max(0.0, first - second), 2)
+            kernels = cpu_kernels_report() if self.device.type == "cpu" else None  # the probed CPU passes' choices
+            if kernels:
+                self.summary_extra["cpu_kernels"] = kernels
             if not self.quiet:
                 self._end_progress_line()
                 print(f"compile: {self.summary_extra['compile_s']:.1f} s (first update {first:.1f} s, the next "
-                      f"{second:.2f} s)", file=sys.stderr, flush=True)
+                      f"{second:.2f} s)" + (f"; {kernels}" if kernels else ""), file=sys.stderr, flush=True)
 
     def _audit(self, group, losses: dict) -> None:
         """Live-component audit of a learner group (after its own first updates): stop the run if an enabled

@@ -8,7 +8,7 @@ COMPILED = "src/hypermappo/compile/decision.py"
 def mutations(M):
     return [
         M("masks_pass_not_installed", COMPILED,
-          "inductor.joint_custom_post_pass = bool_masks.PASS if bool_masks.enabled() else None",
+          "inductor.joint_custom_post_pass = GraphPasses([bool_masks.PASS]) if cpu and bool_masks.enabled() else None",
           "inductor.joint_custom_post_pass = None",
           (T,),
           "the pass is written but never given to Inductor: ReLU masks are saved as bool again"),

@@ -7,10 +7,11 @@ collection, an expand and a copy call on top of each of the 6 products of every 
 product is element-wise (the activation after a hidden layer, the softmax's subtraction), the bias add can be one
 more operation of that use's fused kernel instead: `mm(x, w) + b`.
 
-How: an Inductor post-grad pass (the last of `compiled.configure`'s list, so the fused LayerNorm blocks and oneDNN
-products keep the products they take) rewrites each fp32 CPU `addmm(b, x, w)` with a 1-D bias, alpha = beta = 1 and
-only element-wise uses into `add(mm(x, w), b)`. Same values to float rounding (the bias added after the product
-instead of before its accumulation). `HYPERMAPPO_BIAS_EPILOGUE=0` turns it off (side-by-side timing).
+How: an Inductor post-grad pass (the last of the CPU graph passes, compile/pipeline.py, so the fused LayerNorm blocks
+and oneDNN products keep the products they take) rewrites each fp32 CPU `addmm(b, x, w)` with a 1-D bias,
+alpha = beta = 1 and only element-wise uses into `add(mm(x, w), b)`. Same values to float rounding (the bias added
+after the product instead of before its accumulation). `HYPERMAPPO_BIAS_EPILOGUE=0` turns it off (side-by-side
+timing).
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
 
 
 class BiasEpiloguePass(RewritePass):
-    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
-    describes."""
+    """One of the CPU graph passes (compile/pipeline.py): the rewrite the module docstring describes."""
 
     def replacement(self, graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
         args = _eligible(node)

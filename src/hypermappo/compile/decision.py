@@ -15,6 +15,14 @@ an eager run with one seed differ only by float rounding. Compiling costs tens o
 (seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
 `auto` turns it on only for runs long enough to pay that back and where every compiled function has no graph
 break; the run header says which and why.
+
+The CPU tuning (C++ calling code, the decomposed tanh, the graph passes and their C kernels) is Inductor's CPU
+backend's and was tested with torch `TESTED_TORCH` only: it is installed for a learner on the CPU under such a
+torch, and otherwise steps aside, said on the run header's `compile:` line (a CUDA learner compiles with Inductor's
+own defaults). Inductor's settings are process-wide, so `configure(device)` records every device it was asked for
+and the passes themselves leave any graph with a tensor on another device alone (pipeline.py). Of the passes, the
+three that swap a product for a C kernel or oneDNN are taken per product shape where a timed probe on this machine
+finds them faster (probe.py); the two pure graph rewrites (bias_epilogue.py, bool_masks.py) always run.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from hypermappo.errors import UserError
 # cold cache takes 20-60 s on 2 cores, from a warm one a few seconds)
 AUTO_MIN_ENV_STEPS = 1_000_000
 DEFAULT_CACHE = Path.home() / ".cache" / "hypermappo" / "inductor"
+# the torch versions the CPU tuning (graph passes, kernels, Inductor CPU settings) was tested with: [low, high)
+TESTED_TORCH = ((2, 13), (2, 14))
+PROBED = ("linear_act_norm", "weight_grad", "onednn_gemm")  # passes taken per shape where a probe finds them faster
+_DEVICES: set[str] = set()  # the device types configure() was asked for in this process
 
 
 def cxx_compiler() -> str | None:
@@ -67,10 +79,78 @@ def decide(cfg, device) -> tuple[bool, str]:
     if mode == "auto" and cfg.total_env_steps < AUTO_MIN_ENV_STEPS:
         return False, (f"compile: off (auto: {cfg.total_env_steps:,} env steps < {AUTO_MIN_ENV_STEPS:,}, too short to "
                        f"pay back compiling; ppo.compile=on forces it)")
-    configure()
+    configure(device)
     why = "ppo.compile=on" if mode == "on" else f"auto: {cfg.total_env_steps:,} env steps"
     return True, (f"compile: on ({why}; policy step + PPO update as graphs, compiled during the first update, cache "
-                  f"{os.environ['TORCHINDUCTOR_CACHE_DIR']})")
+                  f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}); {cpu_tuning_note(device)}")
+
+
+def torch_range() -> str:
+    (lo_major, lo_minor), (hi_major, hi_minor) = TESTED_TORCH
+    return f"torch>={lo_major}.{lo_minor},<{hi_major}.{hi_minor}"
+
+
+def torch_version() -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def cpu_tuning_blocker(device) -> str | None:
+    """Why the CPU tuning steps aside for a learner on `device` under this torch; None = it applies."""
+    import torch
+
+    if device.type != "cpu":
+        return f"device {device.type}; they are written for Inductor's CPU backend"
+    lo, hi = TESTED_TORCH
+    if not lo <= torch_version() < hi:
+        return f"torch {torch.__version__} is outside the range they were tested with, {torch_range()}"
+    return None
+
+
+def cpu_tuning_note(device) -> str:
+    """The `compile:` line's account of the CPU tuning: which passes run and why, or why none do."""
+    reason = cpu_tuning_blocker(device)
+    if reason:
+        return f"CPU graph passes and kernels: stepping aside ({reason})"
+    import torch
+
+    from hypermappo.compile import probe
+
+    ran, probed, forced, off = [], [], [], []
+    for name, module in _passes():
+        if not module.enabled():
+            off.append(name)
+        elif name not in PROBED:
+            ran.append(name)
+        else:
+            (forced if probe.setting(f"HYPERMAPPO_{name.upper()}") == "1" else probed).append(name)
+    parts = [f"CPU graph passes: {', '.join(ran) or 'none'}"]
+    if probed:
+        parts.append(f"{', '.join(probed)} per product shape where a timed probe on this CPU ({probe.cpu_model()}, "
+                     f"{torch.get_num_threads()} threads) finds them faster (probes cached in {probe.cache_path()})")
+    if forced:
+        parts.append(f"{', '.join(forced)} at every shape their rules admit (switch set to 1)")
+    if off:
+        parts.append(f"off: {', '.join(off)}")
+    return "; ".join(parts)
+
+
+def cpu_kernels_report() -> str | None:
+    """After compiling: what the probed passes took (probe.report), or None where none is probing."""
+    from hypermappo.compile import probe
+
+    names = [n for n, m in _passes()
+             if n in PROBED and m.enabled() and probe.setting(f"HYPERMAPPO_{n.upper()}") == "auto"]
+    return probe.report(names) if names else None
+
+
+def _passes() -> list:
+    from hypermappo.compile import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
+
+    return [("linear_act_norm", linear_act_norm), ("onednn_gemm", onednn_gemm), ("weight_grad", weight_grad),
+            ("bias_epilogue", bias_epilogue), ("bool_masks", bool_masks)]
 
 
 def switch(name: str) -> bool:
@@ -86,13 +166,21 @@ def pass_key(source: str, *settings) -> bytes:
     return hashlib.sha256(Path(source).read_bytes() + repr(settings).encode()).digest()
 
 
-def configure() -> None:
-    """Inductor settings the compiled path relies on (process-wide, idempotent)."""
+def configure(device=None) -> None:
+    """Inductor settings the compiled path relies on, for a learner on `device` (default: the CPU). Process-wide and
+    idempotent: the CPU tuning is installed once any learner on the CPU asked for it under a tested torch
+    (`cpu_tuning_blocker`), the C++ calling code only while no learner on another device did."""
     # the cache directory (DEFAULT_CACHE unless the user set one) is set on importing the package: __init__.py
+    import torch
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
     from hypermappo.compile import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
+    from hypermappo.compile.pipeline import GraphPasses
+
+    device = torch.device("cpu") if device is None else torch.device(device)
+    _DEVICES.add(device.type)
+    cpu = "cpu" in _DEVICES and cpu_tuning_blocker(torch.device("cpu")) is None
 
     # every Experiment in a process (tests, in-process sweeps) recompiles the same functions for its own modules;
     # past the limit Dynamo would silently run them eager, so the limit is raised and hitting it is an error
@@ -106,20 +194,24 @@ def configure() -> None:
     inductor.size_asserts = False
     # each graph's calling code (buffer allocation, kernel and extern calls) in C++ rather than Python: at small
     # batches a call is mostly that code (~50 us for the collection step's graph); measured side by side, 1.07x on
-    # collection and 1.12x on the update at JaxMARL's IPPO settings, 1.06x on the update at E = 1024
-    inductor.cpp_wrapper = True
+    # collection and 1.12x on the update at JaxMARL's IPPO settings, 1.06x on the update at E = 1024 (CPU only:
+    # process-wide, so off once a learner on another device compiles in this process)
+    inductor.cpp_wrapper = cpu and _DEVICES == {"cpu"}
     # tanh as 2 / (1 + exp(-2x)) - 1 in the generated C++: Inductor's vectorised tanh ran ~4 ns per element here
     # (tanh networks' forward and recomputed backward spent more time in it than in their matmuls); same values to
     # float rounding
-    inductor.cpp.use_decompose_tanh = True
-    # large fp32 products through oneDNN rather than MKL (see onednn_gemm.py), weight gradients over many rows
-    # through a C kernel (see weight_grad.py); first, the 64-wide ReLU blocks' products fused with their LayerNorm
-    # (see linear_act_norm.py), which leaves the oneDNN pass only the products it did not take; last, the biases of
-    # the remaining products added in the kernels of their element-wise uses (see bias_epilogue.py)
-    inductor.post_grad_custom_post_pass = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)
-                                           if m.enabled()] or None
+    inductor.cpp.use_decompose_tanh = cpu
+    # the CPU graph passes as one CustomGraphPass each hook (pipeline.py; torch 2.11 takes no list there): first the
+    # 64-wide ReLU blocks' products fused with their LayerNorm (see linear_act_norm.py), which leaves the oneDNN pass
+    # only the products it did not take; large fp32 products through oneDNN rather than MKL (see onednn_gemm.py),
+    # weight gradients over many rows through a C kernel (see weight_grad.py), those three where a probe finds them
+    # faster (probe.py); last, the biases of the remaining products added in the kernels of their element-wise uses
+    # (see bias_epilogue.py)
+    post_grad = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue) if m.enabled()] \
+        if cpu else []
+    inductor.post_grad_custom_post_pass = GraphPasses(post_grad) if post_grad else None
     # a forward / backward pair of graphs saves no bool mask for the backward (see bool_masks.py)
-    inductor.joint_custom_post_pass = bool_masks.PASS if bool_masks.enabled() else None
+    inductor.joint_custom_post_pass = GraphPasses([bool_masks.PASS]) if cpu and bool_masks.enabled() else None
 
 
 def compile_fn(fn, **inductor_options):

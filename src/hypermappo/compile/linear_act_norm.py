@@ -22,8 +22,11 @@ summed over agents): at the paper setting its compiled update went from 943 to 6
 compiled MAPPO's 548 / 534 ms (`benchmarks/speed_vs_peers.py --rounds 3`, 2026-11-26 19:10 and 23:57 UTC).
 Same maths to float rounding (another summation order in the products; the affine gradients' per-thread sums in
 double added in thread order, so one thread count gives the same bits every run). The eager path is unchanged.
-`HYPERMAPPO_LINEAR_ACT_NORM=0` turns it off (side-by-side timing); a kernel that cannot be built
-leaves the graphs as they were, said by `status()`.
+Those figures are an AVX-512 Xeon's: without AVX-512 the kernel's 28 accumulators of 16 floats spill and it lost
+to the products and the act_norm kernel it replaces (probe.py), so by default (`HYPERMAPPO_LINEAR_ACT_NORM` unset or
+`auto`) a block is fused, in each direction, only where a timed probe on this machine finds the fused kernel faster
+than the pair (compile/probe.py); `HYPERMAPPO_LINEAR_ACT_NORM=1` fuses every block the rule admits, `=0` none
+(side-by-side timing); a kernel that cannot be built leaves the graphs as they were, said by `status()`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from hypermappo.compile import pass_key, switch
+from hypermappo.compile import pass_key, probe
 from hypermappo.kernels import act_norm, c_kernel
 
 _SOURCE = Path(__file__).parent.parent / "kernels" / "linear_act_norm.c"
@@ -59,18 +62,22 @@ def library() -> ctypes.CDLL | str:
 
 
 def enabled() -> bool:
-    return (switch("HYPERMAPPO_LINEAR_ACT_NORM") and act_norm.unavailable() is None
+    return (probe.setting("HYPERMAPPO_LINEAR_ACT_NORM") != "0" and act_norm.unavailable() is None
             and not isinstance(library(), str))
 
 
 def status() -> str:
     """For summary.json: whether compiled graphs fuse the 64-wide blocks' products with their LayerNorm(ReLU)."""
-    if not switch("HYPERMAPPO_LINEAR_ACT_NORM"):
+    mode = probe.setting("HYPERMAPPO_LINEAR_ACT_NORM")
+    if mode == "0":
         return "off (HYPERMAPPO_LINEAR_ACT_NORM=0)"
     if act_norm.unavailable() is not None:
         return f"off (the act_norm kernel: {act_norm.unavailable()})"
     lib = library()
-    return f"off ({lib})" if isinstance(lib, str) else f"on in compiled graphs from {act_norm.MIN_ROWS:,} rows"
+    if isinstance(lib, str):
+        return f"off ({lib})"
+    where = "every such block" if mode == "1" else "where a probe on this CPU finds it faster"
+    return f"on in compiled graphs from {act_norm.MIN_ROWS:,} rows, {where}"
 
 
 def _lib() -> ctypes.CDLL:
@@ -201,9 +208,43 @@ def _block(z: torch.fx.Node) -> bool:
             and vz.device.type == "cpu")
 
 
+def _probe(direction: str, product, vals: list, eps: float, bias_gradient: bool) -> tuple:
+    """(fused kernel, product + act_norm kernel) on real operands like the graph's, uncounted in `calls`."""
+    x, w, bias, *rest = (probe.real(v) for v in vals)
+    if direction == "forward":
+        gamma, beta = rest
+        operands = (x, w) if bias is None else (bias, x, w)
+
+        def fused():
+            return _forward_cpu(x, w, bias, gamma, beta, eps)
+
+        def pair():
+            return act_norm._forward_cpu(product(*operands).reshape(-1, WIDTH), gamma, beta, RELU, eps)
+    else:
+        z, gamma, mean, rstd = rest
+        rstd = rstd.abs() + 0.5  # 1/std: positive
+
+        def fused():
+            return _backward_cpu(x, w, z, gamma, mean, rstd)
+
+        def pair():
+            out = act_norm._backward_cpu(product(x, w).reshape(-1, WIDTH), z.reshape(-1, WIDTH), gamma, mean, rstd,
+                                         RELU)
+            return (*out, out[0].sum(0)) if bias_gradient else out  # the kernel's column sums replace this one
+
+    def uncounted(fn):
+        def run():
+            before, before_pair = calls.copy(), act_norm.calls.copy()
+            out = fn()
+            calls.clear(), calls.update(before), act_norm.calls.clear(), act_norm.calls.update(before_pair)
+            return out
+        return run
+
+    return uncounted(fused), uncounted(pair)
+
+
 class LinearActNormPass(CustomGraphPass):
-    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrites the module docstring
-    describes."""
+    """One of the CPU graph passes (compile/pipeline.py): the rewrites the module docstring describes."""
 
     def __init__(self):
         self.rewritten = {"forward": 0, "backward": 0, "bias": 0}  # by this process (tests read it)
@@ -225,7 +266,7 @@ class LinearActNormPass(CustomGraphPass):
             return
         prod, views = _through_views(z)  # per-agent layers: the LayerNorm reads [G, R, 64] viewed as [G * R, 64]
         args = _product(prod, _val(z).shape[0])
-        if args is None:
+        if args is None or not self._pays("forward", prod, args, (gamma, beta), eps):
             return
         # the fused node goes where the LayerNorm was if the product's (and its views') other users (the backward's
         # saved z) all come later, the views moved after it; else where the product was if there are no views and
@@ -264,7 +305,7 @@ class LinearActNormPass(CustomGraphPass):
         if any(len(n.users) != 1 for n in chain):  # the product feeds this LayerNorm backward only
             return
         args = _product(prod, _val(grad_h).shape[0])
-        if args is None or args[2] is not None:
+        if args is None or args[2] is not None or not self._pays("backward", prod, args, (z, gamma, mean, rstd)):
             return
         g, w, _ = args
         with graph.inserting_before(node):
@@ -278,6 +319,16 @@ class LinearActNormPass(CustomGraphPass):
         self.rewritten["backward"] += 1
         if self.bias_gradients:
             self._bias_gradient(graph, fused)
+
+    def _pays(self, direction: str, prod: torch.fx.Node, args: tuple, rest: tuple, eps: float = 0.0) -> bool:
+        """Whether this block is fused in this direction: always with HYPERMAPPO_LINEAR_ACT_NORM=1, else where the
+        probe (compile/probe.py) finds the fused kernel faster than the product followed by the act_norm kernel."""
+        if probe.setting("HYPERMAPPO_LINEAR_ACT_NORM") == "1":
+            return True
+        vals = [_val(n) for n in (*args, *rest)]
+        return probe.pays(f"linear_act_norm {direction}", probe.describe(*vals),
+                          lambda: _probe(direction, prod.target, vals, eps, self.bias_gradients),
+                          _SOURCE.read_bytes() + act_norm._SOURCE.read_bytes())  # the fused kernel and the pair's
 
     def _bias_gradient(self, graph: torch.fx.Graph, fused: torch.fx.Node) -> None:
         """The block's bias gradient, dz summed over rows, is the kernel's 4th output: a separate column sum would
@@ -305,7 +356,8 @@ class LinearActNormPass(CustomGraphPass):
                 self.rewritten["bias"] += 1
 
     def uuid(self) -> bytes:
-        return pass_key(__file__, WIDTH, act_norm.MIN_ROWS, self.bias_gradients, _SOURCE.read_bytes())
+        return pass_key(__file__, WIDTH, act_norm.MIN_ROWS, self.bias_gradients, _SOURCE.read_bytes(),
+                        probe.setting("HYPERMAPPO_LINEAR_ACT_NORM"), probe.fingerprint())
 
 
 PASS = LinearActNormPass()

@@ -11,14 +11,17 @@ How: an Inductor post-grad pass (it sees forward and backward) rewrites each fp3
 custom op that Inductor calls as one opaque kernel. The values are the same product to float rounding (another
 summation order). Below `MIN_ROWS` (the per-step policy forward at small env counts, JaxMARL's mini-batches)
 the extra call costs more than it saves, so those stay on MKL. The eager path is unchanged: its autograd would
-need a custom backward for this op.
+need a custom backward for this op. Which library is faster depends on the CPU and the shape, so by default
+(`HYPERMAPPO_ONEDNN_GEMM` unset or `auto`) a product the rule admits goes to oneDNN only where a timed probe on
+this machine finds oneDNN faster (compile/probe.py); `HYPERMAPPO_ONEDNN_GEMM=1` sends every one the rule admits,
+`=0` none (side-by-side timing).
 """
 
 from __future__ import annotations
 
 import torch
 
-from hypermappo.compile import pass_key, switch
+from hypermappo.compile import pass_key, probe
 from hypermappo.compile.rewrite_pass import RewritePass
 
 MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
@@ -27,7 +30,7 @@ aten = torch.ops.aten
 
 def enabled() -> bool:
     """On where this torch has oneDNN, unless HYPERMAPPO_ONEDNN_GEMM=0 (for side-by-side timing against MKL)."""
-    return (switch("HYPERMAPPO_ONEDNN_GEMM") and torch.backends.mkldnn.is_available()
+    return (probe.setting("HYPERMAPPO_ONEDNN_GEMM") != "0" and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
 
 
@@ -56,19 +59,29 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
         vbias = bias.meta.get("val")
         if vbias is None or tuple(vbias.shape) != (vb.shape[1],) or vbias.dtype != torch.float32:
             return None
+    vbias = bias.meta.get("val") if bias is not None else None
+    if probe.setting("HYPERMAPPO_ONEDNN_GEMM") == "auto" and not probe.pays(
+            "onednn_gemm", probe.describe(va, vb, vbias), lambda: _probe(va, vb, vbias)):
+        return None
     return a, b, bias
 
 
+def _probe(va, vb, vbias) -> tuple:
+    """(oneDNN, MKL) on real operands like the graph's."""
+    a, b, bias = probe.real(va), probe.real(vb), probe.real(vbias)
+    mkl = (lambda: torch.mm(a, b)) if bias is None else (lambda: torch.addmm(bias, a, b))
+    return (lambda: onednn_linear(a, b, bias)), mkl
+
+
 class OneDNNGemmPass(RewritePass):
-    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
-    describes."""
+    """One of the CPU graph passes (compile/pipeline.py): the rewrite the module docstring describes."""
 
     def replacement(self, graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
         args = _eligible(node)
         return None if args is None else graph.call_function(torch.ops.hypermappo.onednn_linear.default, args)
 
     def uuid(self) -> bytes:
-        return pass_key(__file__, MIN_ROWS)
+        return pass_key(__file__, MIN_ROWS, probe.setting("HYPERMAPPO_ONEDNN_GEMM"), probe.fingerprint())
 
 
 PASS = OneDNNGemmPass()

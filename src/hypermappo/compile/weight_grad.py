@@ -16,8 +16,11 @@ and m, n <= 64 (the wider at least 32), into `hypermappo::weight_grad`, one opaq
 them: the per-agent weight gradients of Hyper-MAPPO's agent-id layers, 3 x 25,600 rows at the paper setting, where
 MKL's batched product of a 64 x 9 output took ~9-12 ms). Same product to float rounding (another summation
 order; per-thread partial sums added in thread order, so one thread count gives the same bits every run). The
-eager path is unchanged. `HYPERMAPPO_WEIGHT_GRAD=0` turns it off (side-by-side timing); a kernel that cannot be
-built (no C compiler) leaves MKL in place, said by `status()`.
+eager path is unchanged. Those figures are an AVX-512 Xeon's: on a CPU without AVX-512 the kernel's register
+blocks spill and it lost to MKL (probe.py), so by default (`HYPERMAPPO_WEIGHT_GRAD` unset or `auto`) a product the
+rule admits is rewritten only where a timed probe on this machine finds the kernel faster (compile/probe.py);
+`HYPERMAPPO_WEIGHT_GRAD=1` rewrites every one the rule admits, `=0` none (side-by-side timing); a kernel that cannot
+be built (no C compiler) leaves MKL in place, said by `status()`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.compile import pass_key, switch
+from hypermappo.compile import pass_key, probe
 from hypermappo.compile.rewrite_pass import RewritePass
 from hypermappo.kernels import c_kernel
 
@@ -52,14 +55,18 @@ def library() -> ctypes.CDLL | str:
 
 def status() -> str:
     """For summary.json: whether compiled graphs take their weight gradients from the kernel, and if not why."""
-    if not switch("HYPERMAPPO_WEIGHT_GRAD"):
+    mode = probe.setting("HYPERMAPPO_WEIGHT_GRAD")
+    if mode == "0":
         return "off (HYPERMAPPO_WEIGHT_GRAD=0)"
     lib = library()
-    return f"off ({lib})" if isinstance(lib, str) else f"on in compiled graphs from {MIN_ROWS:,} rows"
+    if isinstance(lib, str):
+        return f"off ({lib})"
+    where = "every such product" if mode == "1" else "where a probe on this CPU finds it faster"
+    return f"on in compiled graphs from {MIN_ROWS:,} rows, {where}"
 
 
 def enabled() -> bool:
-    return switch("HYPERMAPPO_WEIGHT_GRAD") and not isinstance(library(), str)
+    return probe.setting("HYPERMAPPO_WEIGHT_GRAD") != "0" and not isinstance(library(), str)
 
 
 def _weight_grad_cpu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -105,12 +112,22 @@ def _eligible(node: torch.fx.Node) -> tuple | None:
         return None
     if va.stride(-2) != 1 or vb.stride(-1) != 1:  # a: the transpose of a [K, m] with contiguous rows; b: likewise
         return None
+    if probe.setting("HYPERMAPPO_WEIGHT_GRAD") == "auto" and not probe.pays(
+            "weight_grad", probe.describe(va, vb), lambda: _probe(va, vb), _SOURCE.read_bytes()):
+        return None
     return a, b
 
 
+def _probe(va, vb) -> tuple:
+    """(kernel, ATen) on real operands like the graph's: the transposed view a^T and b."""
+    a, b = probe.real(va), probe.real(vb)
+    rows_first = a.transpose(-1, -2)
+    product = torch.mm if a.dim() == 2 else torch.bmm
+    return (lambda: _weight_grad_cpu(rows_first, b)), (lambda: product(a, b))
+
+
 class WeightGradPass(RewritePass):
-    """One of Inductor's `post_grad_custom_post_pass` list (compiled.configure): the rewrite the module docstring
-    describes."""
+    """One of the CPU graph passes (compile/pipeline.py): the rewrite the module docstring describes."""
 
     def replacement(self, graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
         args = _eligible(node)
@@ -123,7 +140,8 @@ class WeightGradPass(RewritePass):
         return graph.call_function(weight_grad_op, (rows_first, b))
 
     def uuid(self) -> bytes:
-        return pass_key(__file__, MIN_ROWS, MIN_WIDTH, MAX_WIDTH, _SOURCE.read_bytes())
+        return pass_key(__file__, MIN_ROWS, MIN_WIDTH, MAX_WIDTH, _SOURCE.read_bytes(),
+                        probe.setting("HYPERMAPPO_WEIGHT_GRAD"), probe.fingerprint())
 
 
 PASS = WeightGradPass()
