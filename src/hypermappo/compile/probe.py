@@ -11,7 +11,8 @@ shared, so single figures move by tens of percent between probes):
 - linear_act_norm (fused product + LayerNorm(ReLU)) against the product and the act_norm kernel: 0.10-0.21x
   forward, 0.10-0.48x backward (its 64-wide blocks of 7 rows need 28 AVX-512 registers; built for AVX2 they
   spill). Never taken there.
-- weight_grad against MKL: 0.06-0.26x (the same spills). Never taken there.
+- weight_grad against MKL: 0.06-0.26x as first written (the same spills), 0.7-1.8x after its AVX2 block
+  (weight_grad.c): taken per shape, where the probe finds it at least 1/`MARGIN` faster.
 - oneDNN against MKL: 1.2-2.2x for the products with at least 9 columns in and out (MKL's fp32 GEMM is slow on
   this CPU), 0.5-0.7x for the value head's 64 -> 1 and its input gradient: taken for the former only.
 

@@ -4,9 +4,14 @@
  *
  * Each thread takes a contiguous run of rows and accumulates its own m x n partial in float; the partials are added
  * in thread order, so a thread count gives the same bits every time. The rows go through in tiles of KT: per tile, a
- * register block of MR rows of c x 4 vectors of 16 columns takes one product per row of the tile. The columns are
+ * register block of MR rows of c x NB vectors of W columns takes one product per row of the tile. The columns are
  * the wider of (m, n) in whole vectors (`wgrad` transposes the problem when that is m); a tile of b whose width is
  * not a whole number of vectors is copied, zero-padded, into a buffer first.
+ *
+ * The block is sized to the vector registers: with AVX-512 (32 registers of 16 floats) 6 rows x 4 vectors of 16;
+ * without (AVX2: 16 registers of 8 floats) 6 rows x 2 vectors of 8, 12 accumulators. The AVX-512 block built for
+ * AVX2 needed 48 registers and spilled: the kernel ran 0.06-0.26x MKL's speed on an AMD EPYC without AVX-512
+ * (weight_grad.py's probe keeps MKL where the kernel loses).
  */
 #include <string.h>
 #include <omp.h>
@@ -14,10 +19,19 @@
 #define KT 256
 #define MR 6
 #define MAX_WIDTH 64
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
+#ifdef __AVX512F__
+#define W 16
+#define NB 4
+#else
+#define W 8
+#define NB 2
+#endif
+typedef float vec __attribute__((vector_size(4 * W), aligned(4)));
 
-static inline v16 load(const float *p) { v16 v; memcpy(&v, p, sizeof v); return v; }
-static inline void store(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+/* unaligned loads and stores through the type's 4-byte alignment (a memcpy into a vector went through a stack
+ * slot in two 16-byte halves on the AVX2 build, a store-forwarding stall per load) */
+static inline vec load(const float *p) { return *(const vec *)p; }
+static inline void store(float *p, vec v) { *(vec *)p = v; }
 
 /* The next tile's rows of a and b, a cache line at a time, one line per step of the current tile's loops, so the
  * tile is in the cache when its turn comes: a tile is read once per block of output rows, and without this the
@@ -41,10 +55,31 @@ static inline void prefetch_step(prefetcher *p) {
     }
 }
 
+/* acc = the tile's (kt rows) a [.., mr]^T b [.., NB * W] for one block of c: MR x NB vectors, unrolled for the
+ * compiler so that the block stays in registers (mr < MR: the rows past mr take zeros) */
+static inline __attribute__((always_inline)) void block(vec acc[MR][NB], const float *as, long lda, const float *bs,
+                                                        long bstride, long kt, long mr, prefetcher *pf) {
+    vec r[MR][NB] = {{{0}}};
+    for (long k = 0; k < kt; k++) {
+        const float *br = bs + k * bstride, *ar = as + k * lda;
+        vec bv[NB];
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; j++) bv[j] = load(br + W * j);
+        prefetch_step(pf);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            float av = mr == MR || i < mr ? ar[i] : 0.f;
+#pragma GCC unroll 4
+            for (int j = 0; j < NB; j++) r[i][j] += av * bv[j];
+        }
+    }
+    memcpy(acc, r, sizeof r);
+}
+
 /* partial [threads, m, np]: each thread's sums, np = n rounded up to whole vectors */
 static void partial_sums(const float *a, const float *b, long K, long m, long n, long lda, long ldb, int threads,
                          float *partial) {
-    long nv = (n + 15) / 16, np = nv * 16;
+    long nv = (n + W - 1) / W, np = nv * W;
     memset(partial, 0, sizeof(float) * (size_t)threads * (size_t)(m * np));
 #pragma omp parallel num_threads(threads)
     {
@@ -70,35 +105,26 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
                              (m * 4 + 63) / 64, (n * 4 + 63) / 64, next_rows > 0 ? next_rows : 0, 0, 0};
             for (long i0 = 0; i0 < m; i0 += MR) {
                 long mr = m - i0 < MR ? m - i0 : MR;
-                for (long j0 = 0; j0 < nv; j0 += 4) {
-                    long jv = nv - j0 < 4 ? nv - j0 : 4;
-                    v16 acc[MR][4] = {{{0}}};
-                    if (mr == MR && jv == 4) {  /* the full block, unrolled for the compiler */
-                        for (long k = 0; k < kt; k++) {
-                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
-                            v16 b0 = load(br), b1 = load(br + 16), b2 = load(br + 32), b3 = load(br + 48);
-                            prefetch_step(&pf);
-                            for (int i = 0; i < MR; i++) {
-                                float av = ar[i];
-                                acc[i][0] += av * b0;
-                                acc[i][1] += av * b1;
-                                acc[i][2] += av * b2;
-                                acc[i][3] += av * b3;
-                            }
-                        }
+                for (long j0 = 0; j0 < nv; j0 += NB) {
+                    long jv = nv - j0 < NB ? nv - j0 : NB;
+                    vec acc[MR][NB] = {{{0}}};
+                    if (jv == NB && mr == MR) {
+                        block(acc, as + i0, lda, bs + j0 * W, bstride, kt, MR, &pf);
+                    } else if (jv == NB) {  /* the last rows: the same block, zeros past m */
+                        block(acc, as + i0, lda, bs + j0 * W, bstride, kt, mr, &pf);
                     } else {
                         for (long k = 0; k < kt; k++) {
-                            const float *br = bs + k * bstride + j0 * 16, *ar = as + k * lda + i0;
+                            const float *br = bs + k * bstride + j0 * W, *ar = as + k * lda + i0;
                             prefetch_step(&pf);
                             for (long j = 0; j < jv; j++) {
-                                v16 bv = load(br + 16 * j);
+                                vec bv = load(br + W * j);
                                 for (long i = 0; i < mr; i++) acc[i][j] += ar[i] * bv;
                             }
                         }
                     }
                     for (long i = 0; i < mr; i++)
                         for (long j = 0; j < jv; j++) {
-                            float *p = c + (i0 + i) * np + (j0 + j) * 16;
+                            float *p = c + (i0 + i) * np + (j0 + j) * W;
                             store(p, load(p) + acc[i][j]);
                         }
                 }
@@ -108,14 +134,14 @@ static void partial_sums(const float *a, const float *b, long K, long m, long n,
 }
 
 /* useful vector lanes x width: the side to vectorise over */
-static double lanes(long d) { return (double)d * (double)d / (double)((d + 15) / 16 * 16); }
+static double lanes(long d) { return (double)d * (double)d / (double)((d + W - 1) / W * W); }
 
 /* c [G, m, n] (contiguous) = a[g]^T b[g] for each g; a[g] = a + g * sga, b[g] = b + g * sgb.
  * partial: scratch of threads * MAX_WIDTH * MAX_WIDTH floats */
 void weight_grad(const float *a, const float *b, float *c, long G, long K, long m, long n, long sga, long lda,
                  long sgb, long ldb, int threads, float *partial) {
     int swap = lanes(m) > lanes(n);  /* then c^T = b^T a, written back transposed */
-    long rows = swap ? n : m, cols = swap ? m : n, np = (cols + 15) / 16 * 16;
+    long rows = swap ? n : m, cols = swap ? m : n, np = (cols + W - 1) / W * W;
     for (long g = 0; g < G; g++) {
         const float *ag = a + g * sga, *bg = b + g * sgb;
         float *cg = c + g * m * n;
