@@ -17,6 +17,7 @@ from hypermappo import config as config_mod
 from hypermappo.compile import (
     bias_epilogue,
     bool_masks,
+    column_sum,
     configure,
     cxx_compiler,
     decide,
@@ -75,7 +76,8 @@ def test_the_post_grad_hook_is_one_graph_pass_that_runs_every_enabled_pass_in_or
     configure()
     hook = inductor_settings.post_grad_custom_post_pass
     assert callable(hook) and isinstance(hook, CustomGraphPass) and not isinstance(hook, (list, tuple))
-    assert list(hook.passes) == [linear_act_norm.PASS, onednn_gemm.PASS, weight_grad.PASS, bias_epilogue.PASS]
+    assert list(hook.passes) == [linear_act_norm.PASS, onednn_gemm.PASS, weight_grad.PASS, column_sum.PASS,
+                                 bias_epilogue.PASS]
     joint = inductor_settings.joint_custom_post_pass
     assert callable(joint) and isinstance(joint, CustomGraphPass) and list(joint.passes) == [bool_masks.PASS]
 
@@ -149,7 +151,7 @@ def test_a_cuda_learner_gets_no_cpu_pass_and_the_header_says_so(inductor_setting
 
     # a CPU learner in the same process gets its passes; the C++ calling code stays off (process-wide)
     on, line = decide(compiled_cfg(), CPU)
-    assert on and "CPU graph passes: bias_epilogue, bool_masks" in line and "stepping aside" not in line
+    assert on and "CPU graph passes: column_sum, bias_epilogue, bool_masks" in line and "stepping aside" not in line
     assert isinstance(inductor_settings.post_grad_custom_post_pass, pipeline.GraphPasses)
     assert not inductor_settings.cpp_wrapper
 
@@ -157,8 +159,8 @@ def test_a_cuda_learner_gets_no_cpu_pass_and_the_header_says_so(inductor_setting
 @pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
 def test_a_cpu_learner_gets_the_passes_and_the_header_names_them(inductor_settings):
     on, line = decide(compiled_cfg(), CPU)
-    assert on and "; CPU graph passes: bias_epilogue, bool_masks; linear_act_norm, onednn_gemm, weight_grad per " \
-                  "product shape where a timed probe on this CPU" in line
+    assert on and "; CPU graph passes: column_sum, bias_epilogue, bool_masks; linear_act_norm, onednn_gemm, " \
+                  "weight_grad per product shape where a timed probe on this CPU" in line
     assert str(probe.cache_path()) in line
     assert inductor_settings.cpp_wrapper and inductor_settings.cpp.use_decompose_tanh
 

@@ -10,6 +10,8 @@ FUSED = "src/hypermappo/algos/fused_step.py"
 CPU = "tests/test_cpu_tuning.py"  # issue 40: the CPU passes' registration, device / torch checks, probe
 PIPELINE = "src/hypermappo/compile/pipeline.py"
 PROBE = "src/hypermappo/compile/probe.py"
+COLUMN_SUM = "src/hypermappo/compile/column_sum.py"
+SUMS = "tests/test_column_sum.py"
 
 
 def mutations(M):
@@ -189,4 +191,24 @@ def mutations(M):
           "        return True",
           (f"{CPU}::test_a_probed_pass_rewrites_only_where_the_probe_finds_the_kernel_faster",),
           "the fused block is taken where it loses to the product + LayerNorm kernel (0.1-0.3x without AVX-512)"),
+        M("column_sum_of_any_input", COLUMN_SUM,
+          "    return x if _in_memory(x) else None",
+          "    return x",
+          (f"{SUMS}::test_which_column_sums_go_to_aten",),
+          "a column sum Inductor fuses into the loop computing its input is split off: one more write and read of it"),
+        M("column_sum_few_rows", COLUMN_SUM,
+          "or vx.shape[0] < MIN_ROWS:",
+          "or vx.shape[0] < 1:",
+          (f"{SUMS}::test_which_column_sums_go_to_aten",),
+          "every small column sum becomes an opaque call (a Python dispatch each)"),
+        M("column_sum_row_sums_too", COLUMN_SUM,
+          "list(dims or []) not in ([0], [-2])",
+          "list(dims or []) not in ([0], [-2], [1])",
+          (f"{SUMS}::test_which_column_sums_go_to_aten",),
+          "a row sum is rewritten into a column sum: wrong values"),
+        M("column_sum_not_installed", COMPILED,
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum, bias_epilogue)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
+          (f"{SUMS}::test_a_compiled_bias_gradient_takes_atens_sum_and_equals_eager",),
+          "the pass is written but never given to Inductor: bias gradients stay in its 8-pass column loop"),
     ]

@@ -69,8 +69,8 @@ def mutations(M):
           "            if False:",
           (f"{T}::test_pass_fuses_both_directions_and_computes_the_same",), "the forward rewrite wired to nothing"),
         M("lan_pass_not_installed", "src/hypermappo/compile/decision.py",
-          "for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
-          "for m in (onednn_gemm, weight_grad, bias_epilogue)",
+          "for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum, bias_epilogue)",
+          "for m in (onednn_gemm, weight_grad, column_sum, bias_epilogue)",
           (IN_GRAPH,), "the pass built and tested but never given to Inductor"),
         # the block's bias gradient (dz's column sums) from the backward kernel
         M("lan_bias_gradient_not_summed", C,

@@ -55,8 +55,8 @@ def mutations(M):
           (NO_NORM,),
           "the pass rewrites nothing (the counted rewrites catch it; values alone would not)"),
         M("bias_epilogue_not_configured", "src/hypermappo/compile/decision.py",
-          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
-          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum, bias_epilogue)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum)",
           (NO_NORM,),
           "the pass written and tested but never given to Inductor"),
     ]

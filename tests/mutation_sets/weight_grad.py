@@ -74,8 +74,8 @@ def mutations(M):
           (PASS,),
           "products whose wider side is one vector (where MKL was faster) sent to the kernel"),
         M("weight_grad_not_configured", "src/hypermappo/compile/decision.py",
-          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue)",
-          "[m.PASS for m in (linear_act_norm, onednn_gemm, bias_epilogue)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum, bias_epilogue)",
+          "[m.PASS for m in (linear_act_norm, onednn_gemm, column_sum, bias_epilogue)",
           (f"{T}::test_switch_and_status", COMPILED),
           "the pass left out of Inductor's configuration (the kernel never runs)"),
     ]

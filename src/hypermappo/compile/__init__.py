@@ -1,7 +1,7 @@
 """The compiled path (`ppo.compile`): which runs get it and how Inductor is set up (decision.py), the one-graph
 collection step (collect_step.py) and the Inductor graph passes for the CPU (pipeline.py registers them; probe.py
 times the kernels they would take; rewrite_pass.py, onednn_gemm.py, weight_grad.py, linear_act_norm.py,
-bias_epilogue.py, bool_masks.py)."""
+column_sum.py, bias_epilogue.py, bool_masks.py)."""
 
 from hypermappo.compile.decision import (
     AUTO_MIN_ENV_STEPS,

@@ -22,7 +22,8 @@ torch, and otherwise steps aside, said on the run header's `compile:` line (a CU
 own defaults). Inductor's settings are process-wide, so `configure(device)` records every device it was asked for
 and the passes themselves leave any graph with a tensor on another device alone (pipeline.py). Of the passes, the
 three that swap a product for a C kernel or oneDNN are taken per product shape where a timed probe on this machine
-finds them faster (probe.py); the two pure graph rewrites (bias_epilogue.py, bool_masks.py) always run.
+finds them faster (probe.py); the pure graph rewrites (column_sum.py, bias_epilogue.py, bool_masks.py) always
+run.
 """
 
 from __future__ import annotations
@@ -147,10 +148,10 @@ def cpu_kernels_report() -> str | None:
 
 
 def _passes() -> list:
-    from hypermappo.compile import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
+    from hypermappo.compile import bias_epilogue, bool_masks, column_sum, linear_act_norm, onednn_gemm, weight_grad
 
     return [("linear_act_norm", linear_act_norm), ("onednn_gemm", onednn_gemm), ("weight_grad", weight_grad),
-            ("bias_epilogue", bias_epilogue), ("bool_masks", bool_masks)]
+            ("column_sum", column_sum), ("bias_epilogue", bias_epilogue), ("bool_masks", bool_masks)]
 
 
 def switch(name: str) -> bool:
@@ -175,7 +176,7 @@ def configure(device=None) -> None:
     import torch._dynamo.config as dynamo
     import torch._inductor.config as inductor
 
-    from hypermappo.compile import bias_epilogue, bool_masks, linear_act_norm, onednn_gemm, weight_grad
+    from hypermappo.compile import bias_epilogue, bool_masks, column_sum, linear_act_norm, onednn_gemm, weight_grad
     from hypermappo.compile.pipeline import GraphPasses
 
     device = torch.device("cpu") if device is None else torch.device(device)
@@ -205,10 +206,11 @@ def configure(device=None) -> None:
     # 64-wide ReLU blocks' products fused with their LayerNorm (see linear_act_norm.py), which leaves the oneDNN pass
     # only the products it did not take; large fp32 products through oneDNN rather than MKL (see onednn_gemm.py),
     # weight gradients over many rows through a C kernel (see weight_grad.py), those three where a probe finds them
-    # faster (probe.py); last, the biases of the remaining products added in the kernels of their element-wise uses
-    # (see bias_epilogue.py)
-    post_grad = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, bias_epilogue) if m.enabled()] \
-        if cpu else []
+    # faster (probe.py); then column sums of tensors in memory anyway (bias gradients) in ATen (see column_sum.py);
+    # last, the biases of the remaining products added in the kernels of their element-wise uses (see
+    # bias_epilogue.py)
+    post_grad = [m.PASS for m in (linear_act_norm, onednn_gemm, weight_grad, column_sum, bias_epilogue)
+                 if m.enabled()] if cpu else []
     inductor.post_grad_custom_post_pass = GraphPasses(post_grad) if post_grad else None
     # a forward / backward pair of graphs saves no bool mask for the backward (see bool_masks.py)
     inductor.joint_custom_post_pass = GraphPasses([bool_masks.PASS]) if cpu and bool_masks.enabled() else None
