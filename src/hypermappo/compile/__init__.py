@@ -3,9 +3,9 @@ collection step (collect_step.py) and the Inductor graph passes for the CPU (pip
 times the kernels they would take; rewrite_pass.py, onednn_gemm.py, weight_grad.py, linear_act_norm.py,
 column_sum.py, bias_epilogue.py, bool_masks.py)."""
 
+from hypermappo.compile.cache_dir import DEFAULT_CACHE
 from hypermappo.compile.decision import (
     AUTO_MIN_ENV_STEPS,
-    DEFAULT_CACHE,
     TESTED_TORCH,
     blocker,
     compile_fn,

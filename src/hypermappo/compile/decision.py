@@ -38,7 +38,6 @@ from hypermappo.errors import UserError
 # auto: on from this many env steps (at ~10-20k env-steps/s the eager run takes over a minute; compiling from a
 # cold cache takes 20-60 s on 2 cores, from a warm one a few seconds)
 AUTO_MIN_ENV_STEPS = 1_000_000
-DEFAULT_CACHE = Path.home() / ".cache" / "hypermappo" / "inductor"
 # the torch versions the CPU tuning (graph passes, kernels, Inductor CPU settings) was tested with: [low, high)
 TESTED_TORCH = ((2, 13), (2, 14))
 PROBED = ("linear_act_norm", "weight_grad", "onednn_gemm")  # passes taken per shape where a probe finds them faster
