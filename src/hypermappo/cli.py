@@ -2,7 +2,9 @@
 
 Exit codes (each failure prints one line on stderr, no traceback):
   0    done
-  1    an unexpected exception (a bug: its traceback is printed)
+  1    an unexpected exception (a bug: its traceback is printed); one raised by the library's own code while
+       it called the env (e.g. compiling the collection graph) is one line, "hypermappo internal error in
+       MODULE: ...", with its traceback in RUN_DIR/error.log
   2    a user mistake: unknown preset or key, bad value, missing or no intact checkpoint
   3    non-finite values (NaN / inf) in env rewards / observations / state, a loss, a gradient norm,
        the evaluation return or the weights; the last checkpoint stays finite and summary.json says

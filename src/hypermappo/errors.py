@@ -24,6 +24,13 @@ class EnvFailure(RunFailed):
     exit_code = 4
 
 
+class InternalFailure(RunFailed):
+    """The library's own code raised where the env is called (e.g. compiling the collection graph, which holds the
+    env's step): reported as the library's, never as the env's; exit 1, as any other bug."""
+
+    exit_code = 1
+
+
 class RunInterrupted(KeyboardInterrupt):
     """SIGINT / SIGTERM stopped the run; a KeyboardInterrupt, so `except KeyboardInterrupt` still sees it.
 

@@ -14,6 +14,8 @@ Faults stop a run loudly and never cost a good checkpoint:
   no evaluation numbers. Resuming would repeat the failure, so `resume` refuses such a run.
 - An env that raises (in this process or in a worker process) raises `EnvFailure`; the traceback
   goes to RUN_DIR/error.log, no summary is written, and `resume` continues from the last checkpoint.
+  What the library's own code raises there (a compile error, or an exception whose innermost frame of
+  this package is outside envs/) is `InternalFailure`, "hypermappo internal error in MODULE", instead.
 - SIGINT / SIGTERM: the first one lets the current update finish, saves a checkpoint and raises
   `RunInterrupted` (exit 130 / 143) naming `hypermappo resume RUN_DIR`; a second one aborts at once.
 - Every checkpoint has a sidecar `ckpt_*.pt.crc32` (size and CRC-32). `resume` verifies the newest
@@ -55,7 +57,7 @@ from hypermappo.compile import collect_step, compile_fn, cpu_kernels_report, lin
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
-from hypermappo.errors import EnvFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
+from hypermappo.errors import EnvFailure, InternalFailure, NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.evaluation import evaluate_policy
 from hypermappo.kernels import act_norm
 from hypermappo.logging import RunLogger
@@ -109,9 +111,43 @@ def default_run_dir(cfg) -> Path:
 
 
 def one_line(error: BaseException) -> str:
-    """`Type: first line of the message`, for one-line reports of exceptions from code we do not own."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0].strip() if lines else '(no message)'}"
+    """`Type: first line of the message`, for one-line reports of exceptions from code we do not own (with the
+    second line where the first only introduces it, as torch.compile's "backend='inductor' raised:" does)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    text = " ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines[0] if lines else "(no message)")
+    return f"{type(error).__name__}: {text}"
+
+
+PACKAGE = Path(__file__).resolve().parent
+COMPILERS = ("torch._dynamo", "torch._inductor")  # their exceptions are compile failures: the library's, not the env's
+
+
+def library_module(error: BaseException) -> str | None:
+    """The module of this package to blame for `error`, raised where the env is called; None: the env's own.
+
+    The library's: a torch.compile failure (an exception of Dynamo or Inductor anywhere in its chain, e.g.
+    "InductorError" from a graph pass), or an exception whose innermost frame in this package is outside envs/ (the
+    policy forward, buffer writes or a collection graph around the env's step). The env's: one whose innermost frame
+    in this package is in envs/ (the adapters and batched envs, which call third-party env code and worker
+    processes), or that never passed through this package."""
+    chain, seen = [], set()
+    e = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    compiling = any(type(x).__module__.startswith(COMPILERS) for x in chain)
+    ours = []
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(PACKAGE):
+            ours.append(path)
+    if not ours:
+        return "torch.compile" if compiling else None
+    innermost = ours[-1]
+    if innermost.is_relative_to(PACKAGE / "envs") and not compiling:
+        return None
+    return ".".join(innermost.relative_to(PACKAGE.parent).with_suffix("").parts)
 
 
 class Experiment:
@@ -472,10 +508,15 @@ class Experiment:
             raise NonFiniteError(f"non-finite {quantity} ({x[tuple(index)].item()}) from env {self.cfg.env!r} "
                                  f"at {self._where(t)}: {where} (non-finite values: {int(bad.sum())})")
 
-    def _env_failure(self, error: Exception, when: str) -> EnvFailure:
-        """The env raised: its traceback (with a worker's, if any) to RUN_DIR/error.log, one line for the user."""
+    def _env_failure(self, error: Exception, when: str) -> EnvFailure | InternalFailure:
+        """The env raised: its traceback (with a worker's, if any) to RUN_DIR/error.log, one line for the user; or,
+        where the library's own code raised around the env call (`library_module`), the same as the library's."""
         log = self.run_dir / "error.log"
         log.write_text("".join(traceback.format_exception(error)))
+        module = library_module(error)
+        if module is not None:
+            return InternalFailure(f"hypermappo internal error in {module}: {one_line(error)} ({when}; traceback "
+                                   f"in {log})")
         return EnvFailure(f"env {self.cfg.env!r} raised {one_line(error)} ({when}; traceback in {log})")
 
     # ------------------------------------------------------------------ the loop

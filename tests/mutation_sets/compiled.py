@@ -12,6 +12,7 @@ PIPELINE = "src/hypermappo/compile/pipeline.py"
 PROBE = "src/hypermappo/compile/probe.py"
 COLUMN_SUM = "src/hypermappo/compile/column_sum.py"
 SUMS = "tests/test_column_sum.py"
+BLAME = "tests/test_internal_errors.py"  # issue 40: the library's failures reported as the library's
 
 
 def mutations(M):
@@ -191,6 +192,21 @@ def mutations(M):
           "        return True",
           (f"{CPU}::test_a_probed_pass_rewrites_only_where_the_probe_finds_the_kernel_faster",),
           "the fused block is taken where it loses to the product + LayerNorm kernel (0.1-0.3x without AVX-512)"),
+        M("library_failure_blamed_on_env", EXPERIMENT,
+          "        if module is not None:\n            return InternalFailure(",
+          "        if False:\n            return InternalFailure(",
+          (f"{BLAME}::test_a_graph_pass_failure_is_one_line_naming_the_library_not_the_env",),
+          "a compile error in a graph pass is reported as \"env 'mpe:simple_spread' raised InductorError\""),
+        M("compile_failure_in_env_step_blamed_on_env", EXPERIMENT,
+          '    if innermost.is_relative_to(PACKAGE / "envs") and not compiling:',
+          '    if innermost.is_relative_to(PACKAGE / "envs"):',
+          (f"{BLAME}::test_a_compile_failure_is_the_librarys_even_inside_an_env",),
+          "compiling the env's step core fails in a graph pass and the env is blamed"),
+        M("env_failure_blamed_on_library", EXPERIMENT,
+          '    if innermost.is_relative_to(PACKAGE / "envs") and not compiling:\n        return None',
+          '    if False:\n        return None',
+          (f"{BLAME}::test_an_exception_from_env_code_is_the_envs", "tests/test_faults.py"),
+          "an env's own exception is reported as a library bug (exit 1, not 4: resume would not be suggested)"),
         M("column_sum_of_any_input", COLUMN_SUM,
           "    return x if _in_memory(x) else None",
           "    return x",
