@@ -71,6 +71,8 @@ VARIANTS = {
     # partner inference: the Bayesian goal belief with nothing but coplayer.enabled=true (its defaults are what is
     # judged), and the recurrent predictor with enough optimisation to converge (10 passes per rollout)
     "bayes": ("actor: mlp", ["coplayer.enabled=true"]),
+    # ablation: the goal policies read the learner's observation as is, not each co-player's own view
+    "bayes-own-view": ("actor: mlp", ["coplayer.enabled=true", "coplayer.view=own"]),
     "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),
@@ -312,6 +314,7 @@ def main() -> None:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "coplayer_adaptation"))
     p.add_argument("--note", default="", help="text appended to the results file (budget, machine load, cuts)")
     p.add_argument("--src", help="source tree the runs import (default: this checkout's src)")
+    p.add_argument("--folds", default="", help="only these held-out partners (comma-separated; default: all)")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--train-only", action="store_true", help="train what is missing, evaluate nothing")
     p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
@@ -328,7 +331,9 @@ def main() -> None:
     if not args.report_only:
         for game in args.games:
             learned_partner(game, args)
-        jobs = [(g, v, h, s) for s in seeds for g in args.games for v in variants for h in GAMES[g]["partners"]]
+        folds = [f for f in args.folds.split(",") if f]
+        jobs = [(g, v, h, s) for s in seeds for g in args.games for v in variants for h in GAMES[g]["partners"]
+                if not folds or h in folds]
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(lambda job: run_one(*job, args), jobs))
     report(args, seeds)
@@ -388,7 +393,7 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
 
 
 def inference_report(args, seeds: list[int]) -> None:
-    models = [v for v in ("bayes", "gru") if v in VARIANTS]
+    models = [v for v in ("bayes", "bayes-own-view", "gru") if v in VARIANTS]
     lines, out_json = [], {}
     for game in args.games:
         per = {v: inference_rows(game, v, args, seeds) for v in models}

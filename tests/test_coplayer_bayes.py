@@ -292,3 +292,71 @@ def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, c
     assert len(updates) == 25, "the belief sees every step's moves (4 envs, one 25-step episode each)"
     out = json.loads(capsys.readouterr().out)
     assert out["return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
+
+
+@pytest.mark.parametrize("name, kwargs", [("staghunt", {"observation": "partial", "view_radius": 4}),
+                                          ("staghunt", {"observation": "full", "n_hunters": 3}),
+                                          ("coingame", {})])
+def test_the_coplayer_view_is_the_coplayers_own_observation(name, kwargs):
+    """EnvSpec.coplayer_view re-expresses observer i's observation from co-player j's position: where i's
+    observation shows everything j's does (the egocentric presets, full observations, the coin game) it equals j's
+    own observation, for every pair and every state of a random walk; rel 0 is the observation itself."""
+    from hypermappo.envs.registry import make_env
+
+    env = make_env(name, 64, **kwargs)
+    view, n = env.spec.coplayer_view, env.spec.num_agents
+    step, g = env.reset(seed=0), torch.Generator().manual_seed(0)
+    for _ in range(12):
+        for i in range(n):
+            mine = step.obs[:, i]
+            assert torch.equal(view(mine, torch.zeros(64, dtype=torch.long)), mine)
+            for j in range(n):
+                if j != i:
+                    got = view(mine, torch.full((64,), (j - i) % n))
+                    torch.testing.assert_close(got, step.obs[:, j], msg=f"{name}: {i} seeing {j}")
+        step = env.step(torch.randint(0, 5, (64, n), generator=g))
+
+
+def test_a_partial_window_view_keeps_what_the_observer_cannot_see_empty():
+    """view_radius 1 on a 5x5 grid: a partner out of sight leaves the observation as it is; one in sight is
+    re-centred (the observer appears at the mirrored offset in the partner's hunter channel)."""
+    from hypermappo.envs.staghunt import StagHuntVecEnv
+
+    env = StagHuntVecEnv(1, observation="partial", view_radius=1)
+    env.reset(seed=0)
+    view, lead, w = env.spec.coplayer_view, 2 + 2 + 1, 3
+    env.hunters[0] = torch.tensor([[0, 0], [4, 4]])
+    obs = env.observe()[0][0, 0]
+    assert torch.equal(view(obs, torch.tensor(1)), obs)  # out of sight
+    env.hunters[0] = torch.tensor([[2, 2], [2, 3]])  # partner one column to the right
+    obs = env.observe()[0]
+    got = view(obs[0, 0], torch.tensor(1))
+    hunters = got[lead:lead + w * w].view(w, w)
+    assert hunters[1, 0] == 1 and hunters.sum() == 1  # the observer, one column to the partner's left
+    torch.testing.assert_close(got[:2], obs[0, 1, :2])  # the partner's own position
+
+
+def test_with_the_coplayer_view_one_goal_policy_serves_every_seat():
+    """The goal policy of the partner computed from the learner's observation equals the goal policy of the learner
+    computed from its own observation, when both look at the same world from the same position: the learner's
+    own transitions teach the model of its partner (HOP's self as a model of others)."""
+    from hypermappo.envs.coingame import CoinGameVecEnv
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    env = CoinGameVecEnv(8)
+    obs = env.reset(seed=1).obs  # [E, 2, D]
+    torch.manual_seed(0)
+    model = GoalPolicy(env.spec.obs_dim, 2, 5, 3, 16, 0.05, env.spec.identity_features, env.spec.coplayer_view)
+    prev = torch.randint(0, 6, (8, 2), generator=torch.Generator().manual_seed(2))
+    seen_by_0 = model.all_coplayers(obs[:, :1], prev, torch.tensor([0]))[:, 0, 1]  # player 1 seen by player 0
+    # training (log_probs, from the replay) reads the same view as acting (all_coplayers)
+    torch.testing.assert_close(model.log_probs(obs[:, 0], torch.ones(8, dtype=torch.long), prev[:, 1]), seen_by_0)
+    # the co-player embedding differs (relative slot 1 vs 0); with it zeroed the two must agree
+    with torch.no_grad():
+        model.target_in.weight.zero_()
+    seen_by_0 = model.all_coplayers(obs[:, :1], prev, torch.tensor([0]))[:, 0, 1]
+    as_self = model.log_probs(obs[:, 1], torch.zeros(8, dtype=torch.long), prev[:, 1])
+    torch.testing.assert_close(seen_by_0, as_self)
+    blind = GoalPolicy(env.spec.obs_dim, 2, 5, 3, 16, 0.05, env.spec.identity_features, None)
+    blind.load_state_dict(model.state_dict())
+    assert not torch.allclose(blind.all_coplayers(obs[:, :1], prev, torch.tensor([0]))[:, 0, 1], as_self)

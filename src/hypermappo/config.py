@@ -231,10 +231,18 @@ class CoplayerConfig:
                              "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
     observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "
                                       "policy (public actions: the env declares EnvSpec.public_actions)")
+    view: str = opt("coplayer", "bayes: what the goal-conditioned policy of co-player j reads: coplayer = j's own "
+                                "view, re-expressed from the learner's observation where the env gives one "
+                                "(EnvSpec.coplayer_view; else the learner's observation); own = the learner's "
+                                "observation as is", choices=["coplayer", "own"])
     self_model: bool = opt(True, "bayes: also train on the learner's own transitions seen from a co-player's "
                                  "slot (self as a model of others), so goals no training partner pursued are modelled")
     hindsight_window: int = opt(8, "bayes: a learned co-player's step is labelled with the next goal it completes "
                                    "only if it completes it within this many steps (0: any distance)", min=0)
+    hindsight_weight: float = opt(0.25, "bayes: loss weight of a sample whose goal is a hindsight guess (the next "
+                                        "goal a learned agent completes) relative to one whose goal a scripted "
+                                        "partner's rule gives; a goal only hindsight labels show is still learnt "
+                                        "from them alone", min=0.0, max=1.0)
     replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
                            min=1)
     steps: int = opt(32, "bayes: Adam steps on replay mini-batches per update", min=1)
@@ -635,8 +643,8 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         bayes, gru = cp.model == "bayes", f"it is read by coplayer.model=gru, got coplayer.model={cp.model!r}"
         for name in ("goal_weight", "subgoal_weight", "epochs"):
             check(f"coplayer.{name}", not bayes, gru)
-        for name in ("prior_weight", "hazard", "floor", "observe_actions", "self_model", "replay_size", "steps",
-                     "batch_size", "hindsight_window"):
+        for name in ("prior_weight", "hazard", "floor", "observe_actions", "view", "self_model", "replay_size", "steps",
+                     "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",
               "it weighs the prior carried across episodes, and coplayer.memory=episode carries none")

@@ -49,7 +49,8 @@ def bayes_belief_dim(env_spec) -> int:
 def build_goal_policy(cfg, env_spec) -> GoalPolicy:
     c = cfg.coplayer
     return GoalPolicy(env_spec.obs_dim, env_spec.num_agents, int(env_spec.action_space.n),
-                      goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features)
+                      goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features,
+                      env_spec.coplayer_view if c.view == "coplayer" else None)
 
 
 def check_env(cfg, env_spec) -> None:
@@ -200,7 +201,8 @@ class BayesCoplayer:
         cap = c.replay_size
         self.replay = {"obs": torch.zeros(cap, D, dtype=torch.float16, **z),
                        "target": torch.zeros(cap, dtype=torch.long, **z), "prev": torch.zeros(cap, dtype=torch.long, **z),
-                       "action": torch.zeros(cap, dtype=torch.long, **z), "goal": torch.zeros(cap, dtype=torch.long, **z)}
+                       "action": torch.zeros(cap, dtype=torch.long, **z), "goal": torch.zeros(cap, dtype=torch.long, **z),
+                       "known": torch.zeros(cap, dtype=torch.bool, **z)}
         self.replay_fill, self.replay_pos = 0, 0
         self.partner = None
         self.after_backward = None  # the live-component audit's gradient hook, while it runs
@@ -275,7 +277,8 @@ class BayesCoplayer:
             t, e, o, j = (x[-self.c.replay_size:] for x in (t, e, o, j))
         prev = self.prev if self.c.observe_actions else torch.full_like(self.prev, self.A)
         return {"obs": self.obs_all[t, e, o], "target": (j - o) % N,  # j relative to the observer
-                "prev": prev[t, e, j], "action": self.actions[t, e, j], "goal": label[t, e, j]}
+                "prev": prev[t, e, j], "action": self.actions[t, e, j], "goal": label[t, e, j],
+                "known": self.scripted_goal[t, e, j] != GOAL_NOT_GIVEN}  # a rule's own goal, not a hindsight guess
 
     def _push(self, samples: dict[str, torch.Tensor]) -> None:
         cap = self.c.replay_size
@@ -342,8 +345,11 @@ class BayesCoplayer:
             B = min(c.batch_size, self.replay_fill)
             for step in range(c.steps):
                 idx = torch.randint(self.replay_fill, (B,), generator=self.sampler).to(self.replay["target"].device)
-                nll, _ = self._loss({k: v[idx] for k, v in self.replay.items()})
-                loss = c.action_weight * nll.mean()
+                batch = {k: v[idx] for k, v in self.replay.items()}
+                nll, _ = self._loss(batch)
+                # a goal known from the partner's own rule counts fully, a hindsight guess hindsight_weight
+                w = torch.where(batch["known"], 1.0, c.hindsight_weight)
+                loss = c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
                 if step == 0:
                     metrics["coplayer_action_loss"] = loss.detach()
                 self.opt.zero_grad(set_to_none=True)

@@ -31,6 +31,7 @@ trajectory does not depend on the batch it is in. Also `CoinGameParallelEnv`: on
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
 import gymnasium as gym
@@ -46,6 +47,15 @@ GOAL_NAMES = ("own_coin", "other_coin")
 OWN_GOAL, OTHER_GOAL = 0, 1
 AGENT_NAMES = ("red", "blue")  # agent i owns coins of colour i
 _ENV = "coingame"  # names the env in error messages
+
+
+def coin_view(obs: torch.Tensor, rel: torch.Tensor, *, cells: int) -> torch.Tensor:
+    """EnvSpec.coplayer_view: the other player's observation, exact (swap the players' channels and the coin
+    colours' channels: observations are egocentric in colour)."""
+    c = cells
+    swapped = torch.cat([obs[..., c:2 * c], obs[..., :c],  # the players
+                         obs[..., 3 * c:4 * c], obs[..., 2 * c:3 * c], obs[..., 4 * c:]], -1)  # the coins' colours
+    return torch.where((rel == 0).unsqueeze(-1), obs, swapped)
 
 
 class CoinGameVecEnv(VecEnv):
@@ -80,7 +90,7 @@ class CoinGameVecEnv(VecEnv):
             observation_space=gym.spaces.Box(0.0, 1.0, (obs_dim,), np.float32),
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=list(AGENT_NAMES), can_render=True, can_save_state=True, team_reward=False,
-            goal_names=list(GOAL_NAMES), public_actions=True,
+            goal_names=list(GOAL_NAMES), public_actions=True, coplayer_view=partial(coin_view, cells=self.n_cells),
         )
         self.players = torch.zeros(e, 2, 2, dtype=torch.long, device=dev)  # [E, 2, 2] (row, col)
         self.coins = torch.zeros(e, c, 2, dtype=torch.long, device=dev)  # [E, C, 2]

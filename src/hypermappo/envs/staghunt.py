@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from functools import partial
 from typing import ClassVar
 
 import gymnasium as gym
@@ -75,6 +76,56 @@ GOAL_NAMES = ("stag", "hare", "hunter")  # goal indices of extras["goal_event"] 
 STAG_GOAL, HARE_GOAL, HUNTER_GOAL = 0, 1, 2
 # stay, up, down, left, right as (d_row, d_col)
 _MOVES = [[0, 0], [-1, 0], [1, 0], [0, -1], [0, 1]]
+
+
+def full_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: int) -> torch.Tensor:
+    """EnvSpec.coplayer_view of `observation="full"`: hunter (i + rel) mod H's observation, exact (every position
+    is in everyone's observation; only the leading own position differs)."""
+    h = n_hunters
+    me = obs[..., 2:2 + h].argmax(-1)  # the observer's id
+    j = (me + rel) % h
+    hunters = obs[..., 2 + h:2 + 3 * h].unflatten(-1, (h, 2))  # [..., H, 2]
+    own = hunters.gather(-2, j[..., None, None].expand(*j.shape, 1, 2)).squeeze(-2)
+    ids = F.one_hot(j, h).to(obs.dtype)
+    return torch.cat([own, ids, obs[..., 2 + h:]], -1)
+
+
+def window_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: int, radius: int) -> torch.Tensor:
+    """EnvSpec.coplayer_view of `observation="partial"` with two hunters: the partner's window, re-centred from the
+    observer's (the partner is the one count of the hunter channel; the observer becomes the partner's "other
+    hunter"; the outside-the-grid channel follows from the partner's position). Exact where the observer's window
+    covers the partner's (view_radius >= grid_size - 1, as in the egocentric presets); cells the observer cannot
+    see read as empty. A partner out of sight: the observer's own observation."""
+    h, r, w = n_hunters, radius, 2 * radius + 1
+    lead_dim = 2 + h + 1
+    shape = obs.shape[:-1]
+    o = obs.reshape(-1, obs.shape[-1])
+    b = o.shape[0]
+    win = o[:, lead_dim:].view(b, 4, w, w)
+    seen = win[:, 0].flatten(1)
+    at = seen.argmax(-1)  # the partner's cell in the observer's window
+    visible = seen.amax(-1) > 0.5
+    dr, dc = at // w - r, at % w - r  # [B]: the partner's offset from the observer
+    steps = torch.arange(w, device=o.device)
+    # stags and hares: new[a, b] = old[a + dr, b + dc], empty beyond the observer's window
+    padded = F.pad(win[:, 1:3], (r, r, r, r)).flatten(2)  # [B, 2, (W + 2R)^2]
+    q = w + 2 * r
+    rows, cols = (dr.view(b, 1) + r + steps), (dc.view(b, 1) + r + steps)  # [B, W]
+    index = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(b, 1, w * w).expand(b, 2, w * w)
+    prey = padded.gather(2, index)  # [B, 2, W*W]
+    # the observer, seen from the partner: at offset (-dr, -dc)
+    me = torch.zeros(b, w * w, dtype=o.dtype, device=o.device)
+    me.scatter_(1, ((r - dr) * w + (r - dc)).unsqueeze(1), 1.0)
+    # outside the grid, from the partner's absolute position
+    pos = torch.round(o[:, :2] * (size - 1)).long() + torch.stack([dr, dc], -1)  # [B, 2]
+    ar, ac = pos[:, :1] - r + steps, pos[:, 1:] - r + steps  # [B, W] absolute rows / columns of the window
+    out_r, out_c = (ar < 0) | (ar >= size), (ac < 0) | (ac >= size)
+    outside = (out_r.unsqueeze(-1) | out_c.unsqueeze(-2)).view(b, w * w).to(o.dtype)
+    ids = F.one_hot((o[:, 2:2 + h].argmax(-1) + rel.reshape(-1)) % h, h).to(o.dtype)
+    lead = torch.cat([pos.to(o.dtype) / (size - 1), ids, o[:, 2 + h:lead_dim]], -1)
+    view = torch.cat([lead, me, prey.flatten(1), outside], -1)
+    keep = (rel.reshape(-1) == 0) | ~visible
+    return torch.where(keep.unsqueeze(-1), o, view).view(*shape, obs.shape[-1])
 
 
 def _hash32(x: torch.Tensor | int) -> torch.Tensor | int:
@@ -196,6 +247,9 @@ class StagHuntVecEnv(VecEnv):
             agent_names=[f"hunter_{i}" for i in range(h)], can_render=True, can_save_state=True,
             team_reward=self.shared_reward, goal_names=list(GOAL_NAMES), public_actions=True,
             identity_features=list(range(2, 2 + h)),  # the one-hot own id
+            coplayer_view=(partial(full_view, size=self.size, n_hunters=h) if observation == "full" else
+                           partial(window_view, size=self.size, n_hunters=h, radius=self.view_radius) if h == 2 else
+                           None),  # a count window does not say which of several others is which
         )
 
         self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)

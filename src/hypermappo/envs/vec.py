@@ -32,6 +32,7 @@ Conventions (the contract other code relies on):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 import gymnasium as gym
@@ -65,6 +66,11 @@ class EnvSpec:
     # observation features that only say which agent is observing (e.g. a one-hot own id): models of the others
     # read the observation without them, so a behaviour learnt from one seat is recognised from another
     identity_features: list[int] = field(default_factory=list)
+    # `view(obs [..., D], rel [...] long) -> [..., D]`: the observation co-player (i + rel) mod N would have, as far
+    # as observer i's own observation `obs` shows it (rel 0: obs itself). Models of the others read the world from
+    # the co-player's position through it, so "walk to the nearest hare" is the same function for every hunter,
+    # the observer's own included. None: the env gives no such view (models read the observer's observation)
+    coplayer_view: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     # set by the library, not by envs: the observation's last `belief_dim` features are a co-player belief
     # appended for the actor (coplayer.feed / hyper.context=[coplayer]), not the env's observation
     belief_dim: int = 0

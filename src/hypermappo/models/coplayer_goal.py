@@ -19,6 +19,8 @@ the network.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -54,8 +56,11 @@ class GoalPolicy(nn.Module):
     a_prev]), so the observation's product is computed once per learner agent, not once per co-player."""
 
     def __init__(self, obs_dim: int, n_slots: int, n_actions: int, n_goals: int, hidden: int, floor: float,
-                 identity_features: list[int] | None = None):
+                 identity_features: list[int] | None = None, view=None):
         super().__init__()
+        # EnvSpec.coplayer_view or None: co-player j's behaviour is read from j's own position (its view, as far as
+        # the observer's observation shows it), so one goal policy serves every seat, the learner's own included
+        self.view = view
         keep = torch.ones(obs_dim)
         keep[list(identity_features or [])] = 0.0  # who is observing: not an input (see EnvSpec.identity_features)
         self.register_buffer("keep", keep, persistent=False)
@@ -80,16 +85,26 @@ class GoalPolicy(nn.Module):
     def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
         -> log pi [B, G, A]."""
+        if self.view is not None:
+            obs = self.view(obs, target)
         first = self.obs_in(self.norm(obs * self.keep)) + self.target_in(target) + self.prev_in(prev)
         return self._log_probs(first)
 
     def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """obs [E, K, D] (the learner agents' own, in env slots `slots` [K]), prev [E, N] (every slot's previous
-        action, A: none) -> log pi [E, K, N, G, A] for every slot n as a co-player."""
-        o = self.obs_in(self.norm(obs * self.keep))  # [E, K, H]
-        rel = (torch.arange(self.n_slots, device=obs.device) - slots.unsqueeze(-1)) % self.n_slots  # [K, N]
-        first = o.unsqueeze(2) + self.target_in(rel) + self.prev_in(prev).unsqueeze(1)  # [E, K, N, H]
-        return self._log_probs(first)
+        action, A: none) -> log pi [E, K, N, G, A] for every slot n as a co-player (computed for the co-players
+        only; a learner's own slot holds the uniform policy, which nothing reads)."""
+        e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
+        rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
+        seat = (slots.unsqueeze(-1) + rel) % n  # [K, N - 1] their env slots
+        if self.view is None:  # one product per learner agent
+            o = self.obs_in(self.norm(obs * self.keep)).unsqueeze(2)  # [E, K, 1, H]
+        else:  # one per (learner agent, co-player): each co-player's own view
+            seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), rel.expand(e, k, n - 1))
+            o = self.obs_in(self.norm(seen * self.keep))  # [E, K, N - 1, H]
+        logp = self._log_probs(o + self.target_in(rel) + self.prev_in(prev[:, seat]))  # [E, K, N - 1, G, A]
+        out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
+        return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
 
 
 def goal_labels(n_named: int) -> int:
