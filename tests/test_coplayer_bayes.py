@@ -360,3 +360,18 @@ def test_with_the_coplayer_view_one_goal_policy_serves_every_seat():
     blind = GoalPolicy(env.spec.obs_dim, 2, 5, 3, 16, 0.05, env.spec.identity_features, None)
     blind.load_state_dict(model.state_dict())
     assert not torch.allclose(blind.all_coplayers(obs[:, :1], prev, torch.tensor([0]))[:, 0, 1], as_self)
+
+
+def test_hindsight_labels_weigh_hindsight_weight(tmp_path):
+    """Self-play: every goal label is a hindsight guess. With coplayer.hindsight_weight=0 they teach the model
+    nothing (its weights stay at their init); with the default they do (the check is not vacuous)."""
+    after = []
+    for weight in ("0", "0.25"):
+        extra = [*BAYES, f"coplayer.hindsight_weight={weight}", "diagnostics.audit_updates=0"]
+        exp = Experiment(_cfg(extra, steps=320), tmp_path / weight, quiet=True)
+        before = {k: v.clone() for k, v in exp.groups[0].learner.coplayer.model.state_dict().items()}
+        exp.run()
+        cp = exp.groups[0].learner.coplayer
+        assert cp.replay_fill > 0 and not cp.replay["known"][:cp.replay_fill].any(), "hindsight labels only"
+        after.append(all(torch.equal(before[k], v) for k, v in cp.model.state_dict().items()))
+    assert after == [True, False]
