@@ -223,10 +223,12 @@ def test_coin_rules_walk_to_their_coins_and_write_the_goal():
     assert ctx.goal.tolist() == [[0, 0]]
     assert get_scripted("coin_selfish")(step, ctx).tolist() == [[DOWN, UP]]  # nearest: blue (1,0), red (0,3)
     assert ctx.goal.tolist() == [[1, 1]]
-    # only a blue coin: the cooperative red player stays and has no goal
+    # only a blue coin: the cooperative red player stays, still pursuing its own coins (waiting for one); the
+    # selfish one goes for it
     env, step = coins([[[0, 0], [4, 4]]], [[[2, 0]]], [[1]])
     ctx = ScriptedContext(env, torch.tensor([0]), torch.Generator().manual_seed(0))
-    assert get_scripted("coin_cooperative")(step, ctx).tolist() == [[STAY]] and ctx.goal.tolist() == [[-1]]
+    assert get_scripted("coin_cooperative")(step, ctx).tolist() == [[STAY]] and ctx.goal.tolist() == [[0]]
+    assert get_scripted("coin_selfish")(step, ctx).tolist() == [[DOWN]] and ctx.goal.tolist() == [[1]]
 
 
 @pytest.mark.parametrize("rules, other_share", [({"coin_cooperative": [0, 1]}, (0.0, 0.0)),

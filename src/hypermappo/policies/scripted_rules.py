@@ -11,7 +11,8 @@ so `get_scripted("staghunt_stag")` finds them without the user importing anythin
     staghunt_hare            walk to the nearest hare (Manhattan distance, ties to the lower prey index)
     staghunt_stag            walk to the nearest stag
     staghunt_follow          walk to the nearest other hunter
-    coin_cooperative         coin game: walk to the nearest coin of my colour only (stay when there is none)
+    coin_cooperative         coin game: walk to the nearest coin of my colour only (stay when there is none;
+                             its goal stays "own_coin" while it waits)
     coin_selfish             coin game: walk to the nearest coin of any colour
     spread_nearest_landmark  go to the nearest landmark no other agent is nearer to (greedy "nearest free
                              landmark"); agents with none go to the nearest landmark nobody else has picked
@@ -118,6 +119,9 @@ def _coin_rule(step: EnvStep, ctx: ScriptedContext, name: str, own_only: bool) -
     valid = own if own_only else torch.ones_like(own)
     actions, nearest, has_target = _walk_to_nearest(env.players[:, ctx.slots], env.coins, valid)
     goal = torch.where(own.gather(2, nearest.unsqueeze(-1)).squeeze(-1), OWN_GOAL, OTHER_GOAL)  # [E, K]
+    if own_only:  # a cooperative player waiting for a coin of its colour still pursues its own coins: waiting is
+        # how it does (labelled "no goal", its stay would read as random play to a model of the others)
+        goal, has_target = torch.full_like(goal, OWN_GOAL), torch.ones_like(has_target)
     _set_goal(step, ctx, goal, has_target)
     return _noop_dead(step, ctx.slots, actions)
 
