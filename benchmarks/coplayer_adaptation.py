@@ -100,15 +100,23 @@ def train(cmd_overrides: list[str], preset: str, run_dir: Path, env_extra: dict)
                    env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1", **env_extra})
 
 
-def learned_partner(game: str, args) -> Path:
-    """Self-play of two learner groups (seed 100); its group b, frozen, is the `learned` partner."""
-    run_dir = Path(args.runs) / game / "learned_partner"
+# a frozen learner from an earlier point of training: self-play stopped at this fraction of --partner-steps (its own
+# seed). Never in any training population: the fold that holds out `learned` is also evaluated against it, so the
+# held-out frozen learners are one at the end of training and one early in it
+EARLY_FRACTION, EARLY_SEED = 0.2, 101
+
+
+def learned_partner(game: str, args, early: bool = False) -> Path:
+    """Self-play of two learner groups (seed 100); its group b, frozen, is the `learned` partner (`early`: the
+    shorter self-play whose group b is the `learned-early` partner)."""
+    run_dir = Path(args.runs) / game / ("learned_partner_early" if early else "learned_partner")
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
         t = time.time()
-        train(["groups=[{name: a, agents: [0]}, {name: b, agents: [1]}]", "seed=100",
-               f"total_env_steps={args.partner_steps}", f"num_envs={args.num_envs}"], preset_of(game), run_dir, {})
-        print(f"[done] {game} learned partner in {time.time() - t:.0f}s", flush=True)
+        steps = int(args.partner_steps * EARLY_FRACTION) if early else args.partner_steps
+        train(["groups=[{name: a, agents: [0]}, {name: b, agents: [1]}]", f"seed={EARLY_SEED if early else 100}",
+               f"total_env_steps={steps}", f"num_envs={args.num_envs}"], preset_of(game), run_dir, {})
+        print(f"[done] {game} learned partner{' (early)' if early else ''} in {time.time() - t:.0f}s", flush=True)
     return run_dir
 
 
@@ -126,6 +134,10 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
     partners = partners_of(game, args)
     run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}"
     result = run_dir / "heldout" / "adaptation.json"
+    early_result = run_dir / "heldout_early" / "adaptation.json"
+    if held_out == "learned" and result.exists() and not early_result.exists() and not (args.fresh or args.reeval):
+        evaluate_early(game, run_dir, args)  # evaluated before the early learner joined the zoo
+        return run_dir
     if result.exists() and not (args.fresh or args.reeval):
         return run_dir
     t = time.time()
@@ -150,6 +162,8 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
            "--out", str(run_dir / "heldout")]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                    env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
+    if held_out == "learned":  # the frozen learner from early in training, held out as well
+        evaluate_early(game, run_dir, args)
     if any(o.startswith("coplayer.enabled=true") for o in VARIANTS[variant][1]):  # in-distribution: the partners
         seen = [spec for name, spec in partners.items() if name != held_out and name != "random"]  # trained with
         cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", *seen, "--episodes",
@@ -161,6 +175,15 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
     print(f"[done] {game} {variant} -{held_out} seed {seed}: train {t_train:.0f}s, eval "
           f"{time.time() - t - t_train:.0f}s", flush=True)
     return run_dir
+
+
+def evaluate_early(game: str, run_dir: Path, args) -> None:
+    """The held-out evaluation of a run that never met a frozen learner against the early one."""
+    early = Path(args.runs) / game / "learned_partner_early"
+    cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--partners", f"{early}#b", "--episodes",
+           str(args.k), "--num-envs", str(args.eval_envs), "--memory", "both", "--out", str(run_dir / "heldout_early")]
+    subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1"})
 
 
 def collect(game: str, args, seeds: list[int]) -> dict:
@@ -331,6 +354,8 @@ def main() -> None:
     if not args.report_only:
         for game in args.games:
             learned_partner(game, args)
+            if "learned" in GAMES[game]["partners"]:
+                learned_partner(game, args, early=True)
         folds = [f for f in args.folds.split(",") if f]
         jobs = [(g, v, h, s) for s in seeds for g in args.games for v in variants for h in GAMES[g]["partners"]
                 if not folds or h in folds]
@@ -356,13 +381,20 @@ def _bootstrap_ci(x: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[float,
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+def folds_of(game: str) -> list[str]:
+    """The held-out partners reported: every partner of the zoo, plus the early frozen learner (evaluated in the
+    fold that holds out `learned`)."""
+    folds = list(GAMES[game]["partners"])
+    return folds + ["learned-early"] if "learned" in folds else folds
+
+
 def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | None:
     """Per (seed, held-out partner): the held-out and in-distribution accuracies of one model variant."""
     rows = []
     for seed in seeds:
-        for held_out in GAMES[game]["partners"]:
-            run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out}_s{seed}"
-            path = run_dir / "heldout" / "adaptation.json"
+        for held_out in folds_of(game):
+            run_dir = Path(args.runs) / game / f"{variant}_minus_{held_out.removesuffix('-early')}_s{seed}"
+            path = run_dir / ("heldout_early" if held_out.endswith("-early") else "heldout") / "adaptation.json"
             if not path.exists():
                 continue
             results = {r["memory"]: r for r in json.loads(path.read_text())["results"]}
@@ -385,7 +417,7 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
             if off is not None:
                 row["first5_later_off"] = float(np.nanmean(_first_steps(off, "action_accuracy")[1:]))
             seen = run_dir / "seen" / "adaptation.json"
-            if seen.exists():
+            if seen.exists() and not held_out.endswith("-early"):
                 row["seen_action_acc"] = float(np.mean([r["action_accuracy"]["overall"]
                                                         for r in json.loads(seen.read_text())["results"]]))
             rows.append(row)
@@ -401,7 +433,7 @@ def inference_report(args, seeds: list[int]) -> None:
         if not per:
             continue
         out_json[game] = per
-        folds = list(GAMES[game]["partners"])
+        folds = folds_of(game)
         lines += [f"### {game}: action-prediction accuracy against held-out partners (leave-one-out, memory on, "
                   f"mean over the K = {args.k} episodes)", "",
                   "| held-out partner | " + " | ".join(f"{v}" for v in per) + " | repeat last | most frequent | "
