@@ -160,7 +160,8 @@ def test_accuracy_compares_the_prediction_with_the_partners_action_and_goal(copl
 
 def test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode():
     """One env, two episodes of 3 steps; the partner completes goal 1 at step 2 of episode 1 and goal 0 at step 1
-    of episode 2; the model always predicts goal 1. Labels: episode 1: 1, 1, -1; episode 2: 0, -1, -1."""
+    of episode 2; the model always predicts goal 1. Labels: episode 1: 1, 1, -1; episode 2: 0, -1, -1 (within a
+    window of 1 step: -1, 1, -1 and 0, -1, -1)."""
     from hypermappo.adaptation import _accuracy
 
     events = [-1, 1, -1, 0, -1, -1]
@@ -171,6 +172,8 @@ def test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_th
     assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 0], [1, 0, 0]]
     assert acc["goal_accuracy"]["correct"].tolist() == [[1, 1, 0], [0, 0, 0]]
     assert acc["action_accuracy"]["correct"].tolist() == [[1, 0, 1], [0, 1, 0]]
+    near = _accuracy(trace, 2, window=1)  # as the Bayesian model's training labels: only a goal completed this step
+    assert near["goal_accuracy"]["count"].tolist() == [[0, 1, 0], [1, 0, 0]]
     given = [dict(x, scripted_goal=torch.tensor([[g]])) for x, g in zip(trace, [-2, -2, 1, -1, 0, -2])]
     acc = _accuracy(given, 2)  # a partner's own target (>= -1) wins over hindsight; -2: not given
     assert acc["goal_accuracy"]["count"].tolist() == [[1, 1, 1], [0, 1, 0]]

@@ -161,7 +161,7 @@ class HeldOutMatch:
                 t_in_episode = torch.where(ended, 0, t_in_episode)
         out = {"return": returns, "team": team}
         if self.coplayer:
-            out.update(_accuracy(trace, K))
+            out.update(_accuracy(trace, K, self.coplayer[0].hindsight_window))
         return out
 
     def _trace_step(self, partner_slots, partner_actions, partner_goal, nxt, ended, episode, t_in_episode) -> dict:
@@ -192,6 +192,7 @@ class LearnerSide:
 
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.model = self.belief = self.other_goal = None
+        self.hindsight_window = 0  # how far ahead a completed goal labels a step (the Bayesian model's setting)
         group_spec = sub_spec(env_spec, slots)
         if not spec.cfg.coplayer.enabled:
             self.actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(run_dir), group=spec.name), group_spec,
@@ -207,6 +208,7 @@ class LearnerSide:
         self.fed = learner.coplayer.fed
         if spec.cfg.coplayer.model == "bayes":  # the goal belief (algos/coplayer_bayes.py), as in training
             self.bayes_cfg = spec.cfg.coplayer
+            self.hindsight_window = spec.cfg.coplayer.hindsight_window
             self.other_goal = learner.coplayer.OTHER
 
     def start(self, E: int, memory: bool = True) -> None:
@@ -330,9 +332,11 @@ def _latest_checkpoint(run_dir: Path, device) -> dict:
     raise UserError(f"adapt: run {str(run_dir)!r} has no intact checkpoint ({'; '.join(reasons) or 'none there'})")
 
 
-def _accuracy(trace: list[dict], K: int) -> dict:
-    """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each."""
-    from hypermappo.algos.coplayer import hindsight_goals
+def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
+    """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each. A partner
+    without a rule's own goal is labelled in hindsight as in training: the goal it completes next, within `window`
+    steps (0: any distance; the Bayesian model's coplayer.hindsight_window); further away, the step is unlabelled."""
+    from hypermappo.algos.coplayer_bayes import hindsight_within
 
     episode = torch.stack([x["episode"] for x in trace])  # [S, E]
     t = torch.stack([x["t"] for x in trace])
@@ -360,7 +364,7 @@ def _accuracy(trace: list[dict], K: int) -> dict:
         pred = torch.stack([x["goal_pred"] for x in trace])  # [S, E, Q, P]
         ended = torch.stack([x["ended"] for x in trace])  # [S, E]
         event = trace[0]["goal_event"]
-        label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended) if event is not None \
+        label = hindsight_within(torch.stack([x["goal_event"] for x in trace]), ended, window) if event is not None \
             else torch.full(pred[:, :, 0].shape, -1, dtype=torch.long)  # [S, E, P]
         if trace[0]["scripted_goal"] is not None:
             given = torch.stack([x["scripted_goal"] for x in trace])
