@@ -268,7 +268,7 @@ def test_the_partner_model_does_not_read_who_is_observing():
 
 
 def test_hindsight_labels_reach_back_only_within_the_window_and_the_episode():
-    from hypermappo.algos.coplayer_bayes import hindsight_within
+    from hypermappo.algos.coplayer import hindsight_goals as hindsight_within
 
     event = torch.tensor([-1, -1, -1, 1, -1, 0, -1, -1]).view(8, 1, 1)  # goal 1 at t=3, goal 0 at t=5
     end = torch.tensor([0, 0, 0, 0, 0, 0, 1, 0]).bool().view(8, 1)  # the episode ends after t=6

@@ -336,7 +336,7 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
     """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each. A partner
     without a rule's own goal is labelled in hindsight as in training: the goal it completes next, within `window`
     steps (0: any distance; the Bayesian model's coplayer.hindsight_window); further away, the step is unlabelled."""
-    from hypermappo.algos.coplayer_bayes import hindsight_within
+    from hypermappo.algos.coplayer import hindsight_goals
 
     episode = torch.stack([x["episode"] for x in trace])  # [S, E]
     t = torch.stack([x["t"] for x in trace])
@@ -364,7 +364,7 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
         pred = torch.stack([x["goal_pred"] for x in trace])  # [S, E, Q, P]
         ended = torch.stack([x["ended"] for x in trace])  # [S, E]
         event = trace[0]["goal_event"]
-        label = hindsight_within(torch.stack([x["goal_event"] for x in trace]), ended, window) if event is not None \
+        label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended, window) if event is not None \
             else torch.full(pred[:, :, 0].shape, -1, dtype=torch.long)  # [S, E, P]
         if trace[0]["scripted_goal"] is not None:
             given = torch.stack([x["scripted_goal"] for x in trace])

@@ -130,7 +130,7 @@ def mutations(M):
           "        hit = F.one_hot(torch.zeros_like(moves).long(), A).float()",
           (B + "test_with_oracle_goal_policies_the_belief_concentrates_on_a_scripted_partners_true_goal",),
           "the oracle's goal policies are not the rules"),
-        M("bayes_hindsight_window_ignored", bayes_b,
+        M("bayes_hindsight_window_ignored", "src/hypermappo/algos/coplayer.py",
           "        label[t] = torch.where((window <= 0) | (dist < window), nxt, -1)",
           "        label[t] = nxt", (B + "test_hindsight_labels_reach_back_only_within_the_window_and_the_episode",),
           "a goal completed 20 steps later labels every step before it"),

@@ -98,8 +98,8 @@ def mutations(M):
           (f"{T_ADAPT}::test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode",),
           "unlabelled steps counted as wrong"),
     M("adapt_hindsight_across_episodes", ADAPT,
-          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended) if event is not None',
-          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), torch.zeros_like(ended)) '
+          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), ended, window) if event is not None',
+          'label = hindsight_goals(torch.stack([x["goal_event"] for x in trace]), torch.zeros_like(ended), window) '
           'if event is not None',
           (f"{T_ADAPT}::test_goal_labels_without_a_scripted_target_are_the_next_goal_completed_in_the_same_episode",),
           "a hindsight label taken from the next episode"),

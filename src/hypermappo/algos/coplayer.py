@@ -37,15 +37,19 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * m).sum() / m.sum().clamp(min=1.0)
 
 
-def hindsight_goals(goal_event: torch.Tensor, episode_end: torch.Tensor) -> torch.Tensor:
+def hindsight_goals(goal_event: torch.Tensor, episode_end: torch.Tensor, window: int = 0) -> torch.Tensor:
     """goal_event [T, E, N] (goal completed in step t, -1 none), episode_end [T, E] bool -> label [T, E, N]: the
-    next goal completed at or after t in the same episode, -1 when none is seen in the rollout."""
+    next goal completed at or after t in the same episode, if it is completed within `window` steps (0: any
+    distance); -1 otherwise (none in the rollout, or too far: a hunter that caught a hare after wandering for 20
+    steps was not after the hare all that time)."""
     label = torch.empty_like(goal_event)
     nxt = torch.full_like(goal_event[0], -1)  # [E, N]
+    dist = torch.zeros_like(goal_event[0])  # steps until that event
     for t in reversed(range(goal_event.shape[0])):  # a recursion over time, like GAE
-        nxt = torch.where(goal_event[t] >= 0, goal_event[t],
-                          torch.where(episode_end[t].unsqueeze(-1), torch.full_like(nxt, -1), nxt))
-        label[t] = nxt
+        hit = goal_event[t] >= 0
+        nxt = torch.where(hit, goal_event[t], torch.where(episode_end[t].unsqueeze(-1), torch.full_like(nxt, -1), nxt))
+        dist = torch.where(hit, 0, dist + 1)
+        label[t] = torch.where((window <= 0) | (dist < window), nxt, -1)
     return label
 
 

@@ -30,7 +30,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from hypermappo.algos.coplayer import SEED_OFFSET
+from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.models.coplayer_goal import GoalPolicy, bayes_update, carry, goal_labels, one_hot_mask, predictive, switch
 
@@ -126,22 +126,6 @@ class GoalBelief:
     def load_state_dict(self, sd: dict) -> None:
         self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
                                                                  sd["episode_index"])
-
-
-def hindsight_within(goal_event: torch.Tensor, episode_end: torch.Tensor, window: int) -> torch.Tensor:
-    """goal_event [T, E, N], episode_end [T, E] -> [T, E, N]: the next goal completed at or after t in the same
-    episode, if it is completed within `window` steps (0: any distance); -1 otherwise. A hunter that caught a
-    hare after wandering for 20 steps was not after the hare all that time: far labels are noise."""
-    label = torch.empty_like(goal_event)
-    nxt = torch.full_like(goal_event[0], -1)  # [E, N]
-    dist = torch.zeros_like(goal_event[0])  # steps until that event
-    for t in reversed(range(goal_event.shape[0])):  # a recursion over time, like GAE
-        hit = goal_event[t] >= 0
-        ended = episode_end[t].unsqueeze(-1)
-        nxt = torch.where(hit, goal_event[t], torch.where(ended, torch.full_like(nxt, -1), nxt))
-        dist = torch.where(hit, 0, dist + 1)
-        label[t] = torch.where((window <= 0) | (dist < window), nxt, -1)
-    return label
 
 
 def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,7 +245,7 @@ class BayesCoplayer:
 
     def labels(self) -> torch.Tensor:
         """[T, E, N] goal index per slot and step (OTHER for a scripted "no target"), -1 unlabelled."""
-        hindsight = hindsight_within(self.goal_event, self.episode_end, self.c.hindsight_window)
+        hindsight = hindsight_goals(self.goal_event, self.episode_end, self.c.hindsight_window)
         given = torch.where(self.scripted_goal == -1, self.OTHER, self.scripted_goal)
         return torch.where(self.scripted_goal != GOAL_NOT_GIVEN, given, hindsight)
 
