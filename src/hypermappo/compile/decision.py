@@ -60,7 +60,8 @@ def blocker(cfg, device) -> str | None:
     if cfg.critic.recurrent == "on":
         return "a recurrent critic (its GRU steps break the graph)"
     if cfg.coplayer.enabled:
-        return "the co-player model (a GRU)"
+        return ("the co-player model (its belief updates between the policy's steps break the collection graph)"
+                if cfg.coplayer.model == "bayes" else "the co-player model (a GRU)")
     if device.type == "cpu" and cxx_compiler() is None:
         return "no C++ compiler found (Inductor's CPU backend needs one; set CXX)"
     return None
