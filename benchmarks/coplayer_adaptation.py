@@ -381,6 +381,24 @@ def _bootstrap_ci(x: np.ndarray, n: int = 10_000, seed: int = 0) -> tuple[float,
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
+def convergence(run_dir: Path) -> dict:
+    """From a run's metrics.csv: the learner's mean episode return and the belief's online action accuracy over
+    the second and the last sixth of training (is the budget enough for both to level off?)."""
+    import csv
+
+    path = run_dir / "metrics.csv"
+    if not path.exists():
+        return {}
+    rows = list(csv.DictReader(path.open()))
+    steps = max((float(r["env_steps"]) for r in rows), default=0.0)  # the run's budget
+    out = {}
+    for name, key in (("return", "learner/episode_return_mean"), ("online_acc", "learner/coplayer_action_acc")):
+        for part, (lo, hi) in (("mid", (2 / 6, 3 / 6)), ("end", (5 / 6, 1.0))):
+            xs = [float(r[key]) for r in rows if r.get(key) and lo * steps < float(r["env_steps"]) <= hi * steps]
+            out[f"{name}_{part}"] = float(np.mean(xs)) if xs else float("nan")
+    return out
+
+
 def folds_of(game: str) -> list[str]:
     """The held-out partners reported: every partner of the zoo, plus the early frozen learner (evaluated in the
     fold that holds out `learned`)."""
@@ -416,6 +434,7 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
                 row["oracle_by_step"] = on["oracle_action_accuracy"]["by_step"]
             if off is not None:
                 row["first5_later_off"] = float(np.nanmean(_first_steps(off, "action_accuracy")[1:]))
+            row.update(convergence(run_dir))
             seen = run_dir / "seen" / "adaptation.json"
             if seen.exists() and not held_out.endswith("-early"):
                 seen_results = json.loads(seen.read_text())["results"]
@@ -464,6 +483,15 @@ def inference_report(args, seeds: list[int]) -> None:
             lines.append(f"  - in-distribution (its training partners, memory on): the scripted ones but random "
                          f"{np.nanmean(seen_s):.2f}, the frozen learner {np.nanmean(seen_l):.2f} (it samples its "
                          f"moves: see the oracle's row for the learned fold)")
+            ret_mid = np.array([r.get("return_mid", np.nan) for r in rows], dtype=float)
+            ret_end = np.array([r.get("return_end", np.nan) for r in rows], dtype=float)
+            acc_mid = np.array([r.get("online_acc_mid", np.nan) for r in rows], dtype=float)
+            acc_end = np.array([r.get("online_acc_end", np.nan) for r in rows], dtype=float)
+            if np.isfinite(ret_end).any():
+                lines.append(f"  - budget: the learner's return over the 3rd and the last 6th of training "
+                             f"{np.nanmean(ret_mid):.1f} -> {np.nanmean(ret_end):.1f} "
+                             f"({np.nanmean((ret_end - ret_mid) / np.abs(ret_mid)):+.0%} per run, mean); the "
+                             f"belief's online action accuracy {np.nanmean(acc_mid):.2f} -> {np.nanmean(acc_end):.2f}")
             d_on = np.array([r["first5_later_on"] - r["first5_ep1"] for r in rows])
             d_mem = np.array([r["first5_later_on"] - r.get("first5_later_off", np.nan) for r in rows], dtype=float)
             d_mem = d_mem[~np.isnan(d_mem)]
