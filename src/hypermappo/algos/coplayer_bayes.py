@@ -38,6 +38,7 @@ REPLAY_SEED_OFFSET = 7_919  # the replay sampler's generator: run seed + this (+
 GOAL_NOT_GIVEN = -2  # scripted_goal: nothing written for this slot (policies/population.py)
 EARLY_STEPS = 5  # "the first steps of an episode" in the logged metrics
 ECE_BINS = 10
+FIT_SAMPLES = 4096  # the fit metrics (coplayer_fit_acc / _loss): on at most this many of a rollout's pairs
 
 
 def bayes_belief_dim(env_spec) -> int:
@@ -320,8 +321,10 @@ class BayesCoplayer:
             label = self.labels()
             metrics = self._online_metrics(label)
             fresh = self._pairs(label)
-            if fresh["target"].numel():
-                nll, hit = self._loss(fresh)
+            n = fresh["target"].numel()
+            if n:  # on every k-th pair, at most FIT_SAMPLES spread over the rollout: a metric, not worth a full pass
+                every = -(-n // FIT_SAMPLES)
+                nll, hit = self._loss({k: v[::every] for k, v in fresh.items()})
                 metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
             metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))
             self._push(fresh)

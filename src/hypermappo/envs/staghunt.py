@@ -97,35 +97,35 @@ def window_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: i
     covers the partner's (view_radius >= grid_size - 1, as in the egocentric presets); cells the observer cannot
     see read as empty. A partner out of sight: the observer's own observation."""
     h, r, w = n_hunters, radius, 2 * radius + 1
-    lead_dim = 2 + h + 1
+    ww, lead_dim = w * w, 2 + h + 1
     shape = obs.shape[:-1]
-    o = obs.reshape(-1, obs.shape[-1])
+    o = obs.reshape(-1, obs.shape[-1]).contiguous()  # one copy: every op below reads rows
     b = o.shape[0]
-    win = o[:, lead_dim:].view(b, 4, w, w)
-    seen = win[:, 0].flatten(1)
-    at = seen.argmax(-1)  # the partner's cell in the observer's window
-    visible = seen.amax(-1) > 0.5
-    dr, dc = at // w - r, at % w - r  # [B]: the partner's offset from the observer
+    hunters = o[:, lead_dim:lead_dim + ww]
+    at = hunters.argmax(-1)  # the partner's cell in the observer's window
+    keep = (rel.reshape(-1) == 0) | (hunters.gather(1, at.unsqueeze(1)).squeeze(1) < 0.5)  # itself / out of sight
+    # the partner's offset from the observer; 0 where the observation stays the observer's own (same arithmetic)
+    dr = torch.where(keep, 0, at // w - r)
+    dc = torch.where(keep, 0, at % w - r)
     steps = torch.arange(w, device=o.device)
     # stags and hares: new[a, b] = old[a + dr, b + dc], empty beyond the observer's window
-    padded = F.pad(win[:, 1:3], (r, r, r, r)).flatten(2)  # [B, 2, (W + 2R)^2]
     q = w + 2 * r
+    padded = F.pad(o[:, lead_dim + ww:lead_dim + 3 * ww].view(b, 2, w, w), (r, r, r, r)).view(b, 2 * q * q)
     rows, cols = (dr.view(b, 1) + r + steps), (dc.view(b, 1) + r + steps)  # [B, W]
-    index = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(b, 1, w * w).expand(b, 2, w * w)
-    prey = padded.gather(2, index)  # [B, 2, W*W]
+    cell = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(b, 1, ww)
+    prey = padded.gather(1, torch.cat([cell, cell + q * q], 1).view(b, 2 * ww))  # [B, 2 * W*W]
     # the observer, seen from the partner: at offset (-dr, -dc)
-    me = torch.zeros(b, w * w, dtype=o.dtype, device=o.device)
-    me.scatter_(1, ((r - dr) * w + (r - dc)).unsqueeze(1), 1.0)
+    me = F.one_hot((r - dr) * w + (r - dc), ww).to(o.dtype)
+    me = torch.where(keep.unsqueeze(-1), hunters, me)
     # outside the grid, from the partner's absolute position
     pos = torch.round(o[:, :2] * (size - 1)).long() + torch.stack([dr, dc], -1)  # [B, 2]
     ar, ac = pos[:, :1] - r + steps, pos[:, 1:] - r + steps  # [B, W] absolute rows / columns of the window
     out_r, out_c = (ar < 0) | (ar >= size), (ac < 0) | (ac >= size)
-    outside = (out_r.unsqueeze(-1) | out_c.unsqueeze(-2)).view(b, w * w).to(o.dtype)
-    ids = F.one_hot((o[:, 2:2 + h].argmax(-1) + rel.reshape(-1)) % h, h).to(o.dtype)
-    lead = torch.cat([pos.to(o.dtype) / (size - 1), ids, o[:, 2 + h:lead_dim]], -1)
-    view = torch.cat([lead, me, prey.flatten(1), outside], -1)
-    keep = (rel.reshape(-1) == 0) | ~visible
-    return torch.where(keep.unsqueeze(-1), o, view).view(*shape, obs.shape[-1])
+    outside = (out_r.unsqueeze(-1) | out_c.unsqueeze(-2)).view(b, ww).to(o.dtype)
+    ids = F.one_hot((o[:, 2:2 + h].argmax(-1) + torch.where(keep, 0, rel.reshape(-1))) % h, h).to(o.dtype)
+    own = torch.where(keep.unsqueeze(-1), o[:, :2], pos.to(o.dtype) / (size - 1))
+    view = torch.cat([own, ids, o[:, 2 + h:lead_dim], me, prey, outside], -1)
+    return view.view(*shape, obs.shape[-1])
 
 
 def _hash32(x: torch.Tensor | int) -> torch.Tensor | int:
