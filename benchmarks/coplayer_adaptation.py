@@ -459,7 +459,8 @@ def inference_report(args, seeds: list[int]) -> None:
         folds = folds_of(game)
         lines += [f"### {game}: action-prediction accuracy against held-out partners (leave-one-out, memory on, "
                   f"mean over the K = {args.k} episodes)", "",
-                  "| held-out partner | " + " | ".join(f"{v}" for v in per) + " | repeat last | most frequent | "
+                  "| held-out partner | " + " | ".join(f"{v} ({len({r['seed'] for r in rows})} seeds)"
+                                                       for v, rows in per.items()) + " | repeat last | most frequent | "
                   "oracle (Bayes over the env's rules) | goal acc from step 5 (bayes) |",
                   "|---|" + "---|" * (len(per) + 4)]
         ref = per.get("bayes") or next(iter(per.values()))
