@@ -45,8 +45,10 @@ def _normalised(xs):
 
 
 def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and_partner_reset():
-    """Three goals, two observed actions, the episode's end with alpha, then a partner switch in one env."""
-    # pi(a | g) for 2 actions, the same at both steps: goal 0 plays a0 w.p. 0.7, goal 1 w.p. 0.2, goal 2 w.p. 0.5
+    """Three goals, two observed actions, the episode's end with alpha, then a partner switch in one env. The last
+    goal ("other") plays the Dirichlet(1) predictive of the moves counted so far: (count(a) + 1) / (n + A)."""
+    # pi(a | g) for 2 actions, the same at both steps: goal 0 plays a0 w.p. 0.7, goal 1 w.p. 0.2; goal 2 (planted
+    # 0.5, replaced by the counts) 1/2 before any move, 2/3 after seeing a0
     pi = torch.tensor([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
     log_pi = pi.log().view(1, 1, 1, 3, 2).expand(2, 1, 2, 3, 2).clone()  # E=2, K=1 (slot 0), N=2
     alpha, hazard = 0.25, 0.1
@@ -57,7 +59,10 @@ def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and
 
     prior = [1 / 3] * 3
     want = prior
+    counts = [0, 0]
     for step, a in enumerate([0, 1]):
+        pi = pi.clone()
+        pi[2] = torch.tensor([(c + 1) / (sum(counts) + 2) for c in counts])
         feats, log_pred = b.begin(torch.zeros(2, 1, 4))
         # the predictive distribution before the move: sum_g b(g) pi(a | g)
         p_a0 = sum(w * float(pi[g, 0]) for g, w in enumerate(want))
@@ -67,6 +72,7 @@ def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and
             "the learner's own slot carries no belief"
         assert feats[0, 0, 3:6].tolist() == pytest.approx(want, abs=1e-6)
         b.observe(torch.tensor([[0, a], [0, a]]), active, no_end)
+        counts[a] += 1
         post = _normalised([w * float(pi[g, a]) for g, w in enumerate(want)])
         want = [(1 - hazard) * p + hazard * q for p, q in zip(post, prior)]  # a goal change drawn from the prior
         got = b.log_b[0, 0, 1].exp().tolist()
@@ -85,6 +91,8 @@ def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and
     assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(prior, abs=1e-6)
     assert b.prior[0, 0, 1].tolist() == pytest.approx(prior, abs=1e-6)
     assert b.log_b[1, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6)
+    assert b.counts[0].sum() == 0 and b.counts[1, 0, 1].tolist() == [1.0, 1.0], "the counts: reset with the partner"
+    assert b.counts[1, 0, 0].sum() == 0, "the learner's own moves are not counted as a co-player's"
 
 
 def test_memory_off_restarts_every_episode_from_the_uniform_prior():
@@ -94,6 +102,7 @@ def test_memory_off_restarts_every_episode_from_the_uniform_prior():
     b.begin(torch.zeros(1, 1, 3))
     b.observe(torch.tensor([[0, 0]]), torch.ones(1, 2, dtype=torch.bool), torch.tensor([True]))
     assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx([0.5, 0.5])
+    assert b.counts.sum() == 0, "nor the moves counted for the 'other' goal"
 
 
 def test_the_pure_functions():

@@ -67,7 +67,12 @@ def check_env(cfg, env_spec) -> None:
 
 
 class GoalBelief:
-    """The goal belief of K learner agents (slots `slots`) about every slot of E envs, and its memory rules."""
+    """The goal belief of K learner agents (slots `slots`) about every slot of E envs, and its memory rules.
+
+    The last goal, "other" (behaviour no named goal explains), is a stationary action distribution learnt online
+    per partner: its policy is the Dirichlet(1) posterior predictive of the partner's moves counted so far, kept
+    across episodes with the belief's memory. A partner that plays a fixed mix of moves (random play, an early
+    learner that mostly stays) is then predicted as well as counting its moves does, instead of uniformly."""
 
     def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
                  persistent: bool, observe_actions: bool = True):
@@ -75,7 +80,7 @@ class GoalBelief:
         self.G, self.A = model.n_goals, model.n_actions
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.others = one_hot_mask(slots, n_slots)  # [K, N]
-        self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = None
+        self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
 
     def start(self, E: int, device) -> None:
         """Fresh start: uniform prior and belief, no previous actions, first episode."""
@@ -84,6 +89,7 @@ class GoalBelief:
         self.log_b = self.prior.log()
         self.prev = torch.full((E, self.N), self.A, dtype=torch.long, device=device)
         self.episode_index = torch.zeros(E, dtype=torch.long, device=device)  # episodes against this partner, 0-based
+        self.counts = torch.zeros(E, K, self.N, self.A, device=device)  # each co-player's moves seen (the "other" goal)
 
     def reset(self, envs: torch.Tensor) -> None:
         """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
@@ -93,11 +99,14 @@ class GoalBelief:
         self.log_b = torch.where(m, uniform.log(), self.log_b)
         self.prev = torch.where(envs.unsqueeze(-1), self.A, self.prev)
         self.episode_index = torch.where(envs, 0, self.episode_index)
+        self.counts = torch.where(m, 0.0, self.counts)
 
     def begin(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], log predicted action [E, K, N, A])."""
         prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
-        self.log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+        log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+        habit = ((self.counts + 1.0) / (self.counts.sum(-1, keepdim=True) + self.A)).log()  # [E, K, N, A]
+        self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
         log_pred = predictive(self.log_b, self.log_pi)
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
         features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
@@ -110,6 +119,7 @@ class GoalBelief:
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
         post = switch(bayes_update(self.log_b, like), self.prior, self.hazard)
         self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)
+        self.counts = self.counts + F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1) * seen.unsqueeze(-1)
         self.prev = torch.where(active, actions, self.prev)
         if self.persistent:
             nxt_prior = carry(self.prior, self.log_b, self.alpha)
@@ -117,16 +127,21 @@ class GoalBelief:
             nxt_prior = torch.full_like(self.prior, 1.0 / self.G)
         end = episode_end.view(-1, 1, 1, 1)
         self.prior = torch.where(end, nxt_prior, self.prior)
+        if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
+            self.counts = torch.where(end, 0.0, self.counts)
         self.log_b = torch.where(end, self.prior.log(), self.log_b)
         self.prev = torch.where(episode_end.unsqueeze(-1), self.A, self.prev)
         self.episode_index = self.episode_index + episode_end.long()
 
     def state_dict(self) -> dict:
-        return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index}
+        return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index,
+                "counts": self.counts}
 
     def load_state_dict(self, sd: dict) -> None:
         self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
                                                                  sd["episode_index"])
+        self.counts = sd["counts"] if "counts" in sd else torch.zeros(*self.log_b.shape[:3], self.A,
+                                                                       device=self.log_b.device)
 
 
 def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
