@@ -2,8 +2,9 @@
 
 The model pi_psi(a_j | o_i, j, g, a_j_prev) says what co-player j does when it pursues goal g, as seen from the
 learner's own observation o_i, given j's identity and its previous (public) action. Goals are the env's
-`goal_names` plus one learned "other" goal for behaviour that fits none of them; every goal's policy is mixed
-with a uniform floor, so no observed action can drive a goal's likelihood to zero.
+`goal_names` plus one "other" goal for behaviour that fits none of them (trained here on moves labelled "no
+goal"; the belief plays it as the partner's own move counts, algos/coplayer_bayes.GoalBelief); every goal's policy
+is mixed with a uniform floor, so no observed action can drive a goal's likelihood to zero.
 
 The belief over each co-player's goal is a tensor of log-probabilities `[E, K, N, G]` (envs, learner agents,
 agent slots, goals) updated in log space after every observed action:
