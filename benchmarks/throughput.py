@@ -116,6 +116,9 @@ COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: Baye
             "mappo-coplayer-gru": (["coplayer.enabled=true", "coplayer.model=gru"],
                                    "co-player model: GRU predictor, action head, trained 1 pass")}
 COPLAYER_AT = [("staghunt", 1024)]  # the Bayesian model needs public actions (mpe does not declare them)
+# the same rows on the egocentric stag hunt the co-player benchmark uses (9x9 windows: 329 features, and the goal
+# policies read the partner's re-centred window)
+EGOCENTRIC = "env_kwargs={observation: partial, view_radius: 4}"
 # issue 16: MADDPG at its default maddpg.* settings (a gradient step of batch 1024 per 100 env steps), without the
 # warm-up so every timed update is steady state; Box actions as BenchMARL runs VMAS tasks (benchmarks/peers/)
 MADDPG = ["algo=maddpg", "actor=mlp", "maddpg.warmup_steps=0"]
@@ -153,6 +156,12 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     for c_env, c_e in COPLAYER_AT:
         for name, (overrides, note) in COPLAYER.items():
             cases.append(case(name, c_env, c_e, threads, [*VARIANTS["mappo"], *overrides], note=note))
+        cases.append(case("mappo-ego", c_env, c_e, threads, [*VARIANTS["mappo"], EGOCENTRIC],
+                          note="egocentric windows (staghunt/egocentric's observation)"))
+        for name in ("mappo-coplayer", "mappo-coplayer-fed"):
+            overrides, note = COPLAYER[name]
+            cases.append(case(f"{name}-ego", c_env, c_e, threads, [*VARIANTS["mappo"], *overrides, EGOCENTRIC],
+                              note=f"{note}; egocentric windows"))
     for m_env in MADDPG_ENVS:
         for m_e in num_envs:
             cases.append(case("maddpg", m_env, m_e, threads, MADDPG))
@@ -467,7 +476,8 @@ def add_relative(rows: list[dict]) -> None:
     range over rounds."""
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     for r in rows:
-        ref = ok.get(("mappo", r["env"], r["num_envs"], r["threads"]))
+        base = "mappo-ego" if r["variant"].endswith("-ego") else "mappo"  # the same observation
+        ref = ok.get((base, r["env"], r["num_envs"], r["threads"]))
         if "skipped" in r or not ref:
             continue
         r["vs_mappo"] = r["e2e_sps"] / ref["e2e_sps"]
@@ -491,8 +501,9 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
                     "passed": r["vs_mappo"] >= 0.8,
                     "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x one group (needs >= 0.8x)"})
     for c_env, c_e in COPLAYER_AT:  # judged on CPU time per env step (wall time on a busy machine is its load's)
-        ref = ok.get(("mappo", c_env, c_e, threads))
-        for name in COPLAYER:
+        for name, base in [(n, "mappo") for n in COPLAYER] + [(f"{n}-ego", "mappo-ego") for n in
+                                                               ("mappo-coplayer", "mappo-coplayer-fed")]:
+            ref = ok.get((base, c_env, c_e, threads))
             r = ok.get((name, c_env, c_e, threads))
             if r and ref:
                 ratio = ref["cpu_sps"] / r["cpu_sps"]
