@@ -4,11 +4,11 @@ Why: where a loss is compiled as a forward and a backward graph (the three-graph
 observation context, `ppo.minibatch_over=agents`), the partitioner saves whatever is smallest for the backward,
 and for a ReLU that is its bool mask, 1 byte per element. Inductor's CPU code stores a bool tensor through
 `VecMask<float,1>::store(bool*)`, which ran 17-47x slower than eager's comparison here
-(`benchmarks/inductor_mask_store.py`): two such stores of a [76,800 x 16] mask took ~5 ms each per mini-batch
+(`benchmarks/kernels/inductor_mask_store.py`): two such stores of a [76,800 x 16] mask took ~5 ms each per mini-batch
 step of the hyper-obs update, more than the products around them. Marked MUST_RECOMPUTE (the tag selective
 activation checkpointing uses), each comparison of large float tensors is recomputed in the backward from the
 float it compares, which is saved instead (or was already): the same values, a few MB more saved, and no bool
-store. `HYPERMAPPO_RECOMPUTE_MASKS=0` turns it off; `benchmarks/bool_masks.py` times both.
+store. `HYPERMAPPO_RECOMPUTE_MASKS=0` turns it off; `benchmarks/kernels/bool_masks.py` times both.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ block's output gradient and the LayerNorm backward reads it back. Here a thread 
 in registers and applies the LayerNorm (or its backward) to them before they leave, so z is written once and never
 re-read, and the output gradient is never written at all. The products are the library's own AVX-512 loops
 (64 outputs = 4 vectors per row, 7 rows at a time); fused, each op took 1.0-2.0x less time than oneDNN's product
-followed by the act_norm kernel at 76,800 rows (`benchmarks/linear_act_norm.py`).
+followed by the act_norm kernel at 76,800 rows (`benchmarks/kernels/linear_act_norm.py`).
 
 How: an Inductor post-grad pass (after autograd, so it sees both directions; it runs before the oneDNN and
 weight-gradient passes) rewrites
@@ -248,7 +248,7 @@ class LinearActNormPass(CustomGraphPass):
 
     def __init__(self):
         self.rewritten = {"forward": 0, "backward": 0, "bias": 0}  # by this process (tests read it)
-        self.bias_gradients = True  # take sum(dz, [0]) from the backward kernel (off: benchmarks/bias_gradient.py)
+        self.bias_gradients = True  # take sum(dz, [0]) from the backward kernel (off: benchmarks/kernels/bias_gradient.py)
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         order = {node: i for i, node in enumerate(graph.nodes)}

@@ -2,7 +2,7 @@
 
 Why: PyTorch's CPU builds send every fp32 `mm` / `addmm` to MKL, which on this machine's CPU (AMD EPYC, AVX-512)
 ran the MAPPO paper setting's large products (76,800 rows x 64 wide) slower than oneDNN: the compiled MAPPO update
-was 1.1-1.3x as fast with the forward and input-gradient products in oneDNN (`benchmarks/onednn_gemm.py`, fresh
+was 1.1-1.3x as fast with the forward and input-gradient products in oneDNN (`benchmarks/kernels/onednn_gemm.py`, fresh
 processes side by side; products timed alone swing between runs by more than that). The weight-gradient products
 (a long reduction over the rows, first operand transposed) ran 0.15-0.5x as fast in oneDNN and stay on MKL.
 
@@ -24,7 +24,7 @@ import torch
 from hypermappo.compile import pass_key, probe
 from hypermappo.compile.rewrite_pass import RewritePass
 
-MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/onednn_gemm.py)
+MIN_ROWS = 32_768  # rows of the product's first operand from which oneDNN is used (benchmarks/kernels/onednn_gemm.py)
 aten = torch.ops.aten
 
 

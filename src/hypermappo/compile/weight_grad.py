@@ -6,7 +6,7 @@ adds 16 x 16, 16 x 48, ...). MKL runs these transposed products at 20-100 GFLOP/
 blocks over the small output, not the long reduction), and oneDNN slower still (onednn_gemm.py). The kernel gives
 each thread a run of rows and keeps a block of the output in registers while a tile of rows streams through:
 1.7-2.8x less time than MKL at 76,800 rows for the shapes at least 32 wide, 1.8-11x for the per-agent form
-(`benchmarks/weight_grad.py`, operands from memory); at 8,192-9,600 rows 0.85-1.2x, at 1,536 rows slower (call
+(`benchmarks/kernels/weight_grad.py`, operands from memory); at 8,192-9,600 rows 0.85-1.2x, at 1,536 rows slower (call
 overhead, threads woken for little work), and the narrow outputs (16 x 16, 18 x 17) lost up to 9,600 rows, so
 those stay on MKL.
 
@@ -35,10 +35,10 @@ from hypermappo.compile.rewrite_pass import RewritePass
 from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).parent.parent / "kernels" / "weight_grad.c"
-MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/weight_grad.py)
+MIN_ROWS = 8_192  # reduction length from which the pass rewrites (benchmarks/kernels/weight_grad.py)
 MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffer)
 # the wider side at least this: with one vector of 16 columns (16 x 16, 18 x 17) the kernel lost to MKL up to 9,600
-# rows and did not reliably win at 76,800 (benchmarks/weight_grad.py)
+# rows and did not reliably win at 76,800 (benchmarks/kernels/weight_grad.py)
 MIN_WIDTH = 32
 aten = torch.ops.aten
 _LIBRARY: list = []  # [library or the reason it cannot be built], built on first use

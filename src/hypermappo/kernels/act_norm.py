@@ -5,7 +5,7 @@ At the MAPPO paper's setting (76,800 agent samples x 64 features per mini-batch)
 than this CPU's caches, so the hidden blocks' cost is memory traffic. Composed from ATen kernels (eager) or as
 Inductor generates it (`ppo.compile`), the block's backward walks those activations three or four times: the column
 sums of the LayerNorm's affine gradients (Inductor: a separate pass per 16 columns), the row statistics, the input
-gradient, the activation's mask. The kernel reads each row once per direction (benchmarks/act_norm.py times it
+gradient, the activation's mask. The kernel reads each row once per direction (benchmarks/kernels/act_norm.py times it
 against both, alone and inside MAPPO's update).
 
 It is a torch op with a shape-only fake version and an autograd.Function formula (c_kernel.define_op), so a compiled
@@ -30,7 +30,7 @@ import torch
 from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-MIN_ROWS = 16_384  # benchmarks/act_norm.py: from about here on the kernel beats the composition, dispatch included
+MIN_ROWS = 16_384  # benchmarks/kernels/act_norm.py: from about here on the kernel beats the composition, dispatch included
 ACTS = {"relu": 0, "tanh": 1}
 _LIBRARY: dict[str, ctypes.CDLL | str] = {}  # "f32" / "f64" -> library or why not
 calls = Counter()  # kernel calls in this process, "forward" / "backward" (tests see where it ran, e.g. in a graph)

@@ -70,7 +70,7 @@ static inline vec vwhere_pos(vec z, vec a) { vec r; for (int i = 0; i < VW; i++)
  * - each run asks for the input rows of the run AHEAD runs on (x forward; g and z backward), so they are on their
  *   way while this run computes.
  * In the compiled MAPPO update at E = 1024 on a 2-core Xeon, both directions' time per update 379 -> 256 ms
- * (`python benchmarks/kernel_builds.py linear_act_norm --baseline 75ad023`, builds alternating in one process). */
+ * (`python benchmarks/kernels/kernel_builds.py linear_act_norm --baseline 75ad023`, builds alternating in one process). */
 #define AHEAD 4
 
 /* rows [r, r + n) of a [rows, width] matrix with rows ld apart, towards the cache */

@@ -36,7 +36,7 @@ static inline void store(float *p, vec v) { *(vec *)p = v; }
 /* The next tile's rows of a and b, a cache line at a time, one line per step of the current tile's loops, so the
  * tile is in the cache when its turn comes: a tile is read once per block of output rows, and without this the
  * first of those reads waited on memory (the compiled MAPPO update at E = 1024 on a 2-core Xeon: the kernel's time
- * per update 210 -> 143 ms, `python benchmarks/kernel_builds.py weight_grad --baseline 75ad023`). */
+ * per update 210 -> 143 ms, `python benchmarks/kernels/kernel_builds.py weight_grad --baseline 75ad023`). */
 typedef struct {
     const char *a, *b;      /* the next tile's first rows */
     long lda, ldb;          /* bytes between rows */

@@ -13,7 +13,7 @@ against it):
   (c_kernel.define_op), so `torch.compile` (`ppo.compile`) keeps it as one call inside the graph, with no graph
   break, and torch.func differentiates it (the one-graph compiled step).
   In float32 at width 16 (the observation context's default) the kernel works on 16-lane vectors, heads as groups
-  of lanes (1.9x forward, 3.4x backward the scalar loops, benchmarks/attention_kernel.py).
+  of lanes (1.9x forward, 3.4x backward the scalar loops, benchmarks/kernels/attention_kernel.py).
 - `dense`: pure PyTorch, every step one elementwise op or one dense matmul over all (query, key) pairs. Used on
   CUDA, for dtypes other than float32/float64, and wherever the kernel cannot be built.
 

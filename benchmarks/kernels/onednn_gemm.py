@@ -7,7 +7,7 @@
             processes with HYPERMAPPO_ONEDNN_GEMM=1 and =0 alternately, `--rounds` pairs: collect and update ms per
             update and the ratio within each pair.
 
-    python benchmarks/onednn_gemm.py --rounds 3
+    python benchmarks/kernels/onednn_gemm.py --rounds 3
 
 Writes benchmarks/results/onednn_gemm.{json,md}.
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, machine, switch_pairs  # noqa: E402
 
 from hypermappo.compile import onednn_gemm  # noqa: E402
 
-RESULTS = HERE / "results"
+RESULTS = BENCH / "results"
 ROWS = 1024 * 25 * 3
 LAYERS = [(14, 64), (64, 64), (64, 9), (45, 64), (64, 1)]  # (in, out): the actor's and the critic's layers on VMAS
 
@@ -102,7 +102,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     meta = {**machine(), "threads": args.threads, "rounds": args.rounds,
-            "command": "python benchmarks/onednn_gemm.py" + "".join(f" {a}" for a in sys.argv[1:])}
+            "command": "python benchmarks/kernels/onednn_gemm.py" + "".join(f" {a}" for a in sys.argv[1:])}
     prods = [p for k, n in LAYERS for p in layer_products(k, n, args.rounds)]
     pairs = update(args.rounds, args.threads)
     RESULTS.mkdir(exist_ok=True)

@@ -10,7 +10,7 @@ Rows: MAPPO at the paper's settings (VMAS simple_spread, E = 1024, 10 epochs, 1 
 eager and compiled, Hyper-MAPPO agent-id and observation context (lean defaults) compiled there, and IPPO at
 JaxMARL's settings (16 envs x 128 steps, 4 x 4 mini-batches of 1,536) compiled.
 
-    python benchmarks/feature_norm_fold.py --rounds 6
+    python benchmarks/kernels/feature_norm_fold.py --rounds 6
 
 Writes benchmarks/results/feature_norm_fold.{json,md}.
 """
@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, started_run, write_results  # noqa: E402
 
 PAPER = ("vmas:simple_spread", 1024)
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     info = machine()
     results = measure_rows(ROWS, measure, args.rounds, args.threads)
     lines = [f"# The input LayerNorm folded into the first layer vs applied separately ({info['date']})", "",
-             f"`python benchmarks/feature_norm_fold.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} "
+             f"`python benchmarks/kernels/feature_norm_fold.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} "
              f"threads), torch {info['torch']}, load average {info['load_average_start']} at the start. Both arms in "
              "one process, in turn each round (a fresh rollout before each round); medians over rounds, ratio within "
              "a round [range]; compile excluded.", "",

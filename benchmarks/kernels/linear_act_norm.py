@@ -8,7 +8,7 @@ compiles its own graphs); each round times one training step (collection + updat
 excluded (two warm-up rounds). Rows: MAPPO, Hyper-MAPPO agent-id and observation context (lean defaults), compiled,
 VMAS simple_spread, E = 1024, T = 25, 10 epochs, 1 mini-batch, 64x64.
 
-    python benchmarks/linear_act_norm.py --rounds 6
+    python benchmarks/kernels/linear_act_norm.py --rounds 6
 
 Writes benchmarks/results/linear_act_norm.{json,md}.
 """
@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 ROWS_76800 = 76_800
@@ -130,7 +130,8 @@ def main(argv=None) -> int:
     kernel_rows = kernels(args.rounds, args.repeat)
     step_rows = [steps(v, args.rounds, args.threads) for v in STEP_ROWS]
     lines = [f"# 64-wide blocks' products fused with their LayerNorm(ReLU) vs separate ({info['date']})", "",
-             f"`python benchmarks/linear_act_norm.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/linear_act_norm.py --rounds {args.rounds}` on {info['cpu']} "
+             f"({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Medians over rounds; "
              "ratios within a round, median [range]; compile excluded.", "",
              f"Kernels at {ROWS_76800:,} rows x 64 features (separate: oneDNN product, then the act_norm kernel):", "",

@@ -5,7 +5,7 @@ paper's settings; its mini-batch step is a forward / backward pair of graphs, wh
 processes with HYPERMAPPO_RECOMPUTE_MASKS=1 and =0 alternately, `--rounds` pairs: collect and update ms per
 update and the ratio within each pair.
 
-    python benchmarks/bool_masks.py --rounds 3
+    python benchmarks/kernels/bool_masks.py --rounds 3
 
 Writes benchmarks/results/bool_masks.{json,md}.
 """
@@ -18,11 +18,11 @@ import statistics
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import case, machine, switch_pairs  # noqa: E402
 
-RESULTS = HERE / "results"
+RESULTS = BENCH / "results"
 OVERRIDES = ["algo=mappo", "actor=hyper", "hyper.context=[obs]", "ppo.compile=on"]  # speed_vs_peers' hyper-obs row
 
 
@@ -32,7 +32,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     meta = {**machine(), "threads": args.threads, "rounds": args.rounds,
-            "command": "python benchmarks/bool_masks.py" + "".join(f" {a}" for a in sys.argv[1:])}
+            "command": "python benchmarks/kernels/bool_masks.py" + "".join(f" {a}" for a in sys.argv[1:])}
     c = case("hyper-obs compiled", "vmas:simple_spread", 1024, args.threads, OVERRIDES)
     pairs = switch_pairs(c, "HYPERMAPPO_RECOMPUTE_MASKS", args.rounds, lambda q: (
         f"round {q['round']}: update, masks recomputed {q['on']['update_s'] * 1e3:.0f} ms, saved as bool "

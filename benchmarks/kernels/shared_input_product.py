@@ -6,7 +6,7 @@ reads it from memory. Shapes as the lean observation context has them (VMAS simp
 rank-1 generator: 17 = hidden 16 + 1), through oneDNN as the compiled graphs run products of this many rows
 (onednn_gemm.py). Medians over rounds; ratios within a round [range].
 
-    python benchmarks/shared_input_product.py --rounds 12
+    python benchmarks/kernels/shared_input_product.py --rounds 12
 
 Writes benchmarks/results/shared_input_product.{json,md}.
 """
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import machine, span, write_results  # noqa: E402
 
 ROWS, IN, BASE, GENERATED = 76_800, 64, 9, 17
@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     info = machine()
     text = "\n".join([
         f"# Hyper-MAPPO's shared-input products: one over [W | G] against two ({info['date']})", "",
-        f"`python benchmarks/shared_input_product.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+        f"`python benchmarks/kernels/shared_input_product.py --rounds {args.rounds}` on {info['cpu']} "
+        f"({args.threads} threads), "
         f"torch {info['torch']}, load average {info['load_average_start']} at the start; {args.rounds} rounds of 10 "
         "calls each way, in turn.", "",
         "| x | outputs | two products us | one product us | two / one |", "|---|---|---:|---:|---:|",

@@ -11,7 +11,7 @@ time-to-result preset's mini-batch (9,600 x 3 agents), the MAPPO paper's mini-ba
           per mini-batch, below MIN_ROWS, so a control: both arms run the same code) and on VMAS simple_spread at
           E = 1024 (the MAPPO paper's 76,800).
 
-    python benchmarks/act_norm.py --rounds 5 --update-rounds 2
+    python benchmarks/kernels/act_norm.py --rounds 5 --update-rounds 2
 
 Writes benchmarks/results/act_norm.{json,md}.
 """
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, machine, pair_line, pair_summary, switch_pairs  # noqa: E402
 
 ROWS = [1536, 3072, 8192, 28_800, 76_800]
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20, help="calls per variant per round")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--update-rounds", type=int, default=2, help="HYPERMAPPO_ACT_NORM=1/0 pairs per update row")
-    p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--out", type=Path, default=BENCH / "results")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from hypermappo.kernels import act_norm
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
              f"{meta['date']}; {meta.get('cpu', '')}; {meta['torch_threads']} torch threads; {args.rounds} interleaved "
              f"rounds x {args.reps} calls; medians over rounds [min-max]; ratio = the other's time / the kernel's "
              f"(same round). The library takes the kernel from {act_norm.MIN_ROWS:,} rows.", "",
-             "Reproduce: `python benchmarks/act_norm.py --rounds 5 --update-rounds 2`", "",
+             "Reproduce: `python benchmarks/kernels/act_norm.py --rounds 5 --update-rounds 2`", "",
              "| rows | kernel us | ATen (eager) us | Inductor (compiled) us | ATen / kernel | Inductor / kernel |",
              "|---:|---:|---:|---:|---:|---:|"]
     table = {}

@@ -14,7 +14,7 @@ call without it), at the shapes the library meets, and MAPPO's / Hyper-MAPPO's c
           VMAS simple_spread at E = 1024 (76,800 rows), MAPPO on MPE simple_spread at E = 128 (9,600 rows), and IPPO
           at JaxMARL's settings (1,536 rows, below MIN_ROWS: a control, both arms run the same code).
 
-    python benchmarks/weight_grad.py --rounds 5 --update-rounds 2
+    python benchmarks/kernels/weight_grad.py --rounds 5 --update-rounds 2
 
 Writes benchmarks/results/weight_grad.{json,md}.
 """
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import JAXMARL, VARIANTS, case, machine, pair_line, pair_summary, switch_pairs  # noqa: E402
 
 SHAPES = [(64, 64), (45, 64), (14, 64), (9, 64), (1, 64), (16, 48), (16, 16), (18, 17)]
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=15, help="calls per variant per round")
     p.add_argument("--threads", type=int, default=2, help="torch threads")
     p.add_argument("--update-rounds", type=int, default=2, help="HYPERMAPPO_WEIGHT_GRAD=1/0 pairs per update row")
-    p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--out", type=Path, default=BENCH / "results")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from hypermappo.compile import weight_grad
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
              f"{meta['date']}; {meta.get('cpu', '')}; {meta['torch_threads']} torch threads; {args.rounds} interleaved "
              f"rounds x {args.reps} calls, operands from memory; medians over rounds [min-max]; ratio = MKL's time / "
              f"the kernel's (same round). Compiled graphs take the kernel from K = {weight_grad.MIN_ROWS:,}.", "",
-             "Reproduce: `python benchmarks/weight_grad.py --rounds 5 --update-rounds 2`", "",
+             "Reproduce: `python benchmarks/kernels/weight_grad.py --rounds 5 --update-rounds 2`", "",
              "| K | m x n | kernel us | MKL us | kernel GFLOP/s | MKL / kernel |", "|---:|---|---:|---:|---:|---:|"]
     table = {}
     for key, res in results.items():

@@ -7,9 +7,9 @@ processes differ by up to ~30%). Each round runs one collection + update per bui
 kernel's own time per update is summed over its calls (wall time around each call). `--row` (default mappo),
 compiled, on VMAS simple_spread at the paper's settings (E = 1024, T = 25, 10 epochs x 1 mini-batch, 64x64).
 
-    python benchmarks/kernel_builds.py linear_act_norm --baseline c5b7363~1 --rounds 8
-    python benchmarks/kernel_builds.py weight_grad --baseline c5b7363~1 --rounds 8
-    python benchmarks/kernel_builds.py act_norm --row hyper-id --baseline HEAD~1 --rounds 8
+    python benchmarks/kernels/kernel_builds.py linear_act_norm --baseline c5b7363~1 --rounds 8
+    python benchmarks/kernels/kernel_builds.py weight_grad --baseline c5b7363~1 --rounds 8
+    python benchmarks/kernels/kernel_builds.py act_norm --row hyper-id --baseline HEAD~1 --rounds 8
 
 `--baseline` is a git revision whose kernel source is built as the other arm (the current file is the first).
 Writes benchmarks/results/kernel_builds_<kernel>[_<row>].{json,md}.
@@ -26,9 +26,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 SOURCES = {"linear_act_norm": "src/hypermappo/kernels/linear_act_norm.c",
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     text = "\n".join([
         f"# {args.kernel}: this build against {args.baseline}'s, alternating per update in one process "
         f"({info['date']})", "",
-        f"`python benchmarks/kernel_builds.py {args.kernel} --row {args.row} --baseline {args.baseline} --rounds "
+        f"`python benchmarks/kernels/kernel_builds.py {args.kernel} --row {args.row} --baseline {args.baseline} --rounds "
         f"{args.rounds}` on "
         f"{info['cpu']} ({args.threads} threads), torch {info['torch']}, load average {info['load_average_start']} "
         f"at the start. {args.row} compiled, VMAS simple_spread, E = 1024, paper settings; medians over rounds, ratios "

@@ -10,7 +10,7 @@ round; medians over rounds with the range; compile excluded (both ways run twice
 time, from this process's first chunked collection, is reported apart (it depends on the Inductor cache's state,
 said in the table).
 
-    python benchmarks/collect_chunk.py --rounds 12
+    python benchmarks/kernels/collect_chunk.py --rounds 12
 
 Writes benchmarks/results/collect_chunk.{json,md}.
 """
@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, started_run, write_results  # noqa: E402
 
 ROWS = [("ippo, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL]),
@@ -90,7 +90,8 @@ def main(argv=None) -> int:
     info = machine()
     results = measure_rows(ROWS, measure, args.rounds, args.threads)
     lines = [f"# Chunked collection: {CHUNK} steps per graph call where no episode can end ({info['date']})", "",
-             f"`python benchmarks/collect_chunk.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/collect_chunk.py --rounds {args.rounds}` on {info['cpu']} "
+             f"({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Both ways side by side "
              "in one process, in turn each round; medians over rounds, ratios within a round [range]; compile "
              f"excluded. The first chunked collection (compiling the chunk graph, or loading it when Inductor's "

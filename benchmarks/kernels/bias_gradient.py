@@ -6,7 +6,7 @@ Two runs of each row in one process, one compiled with the kernel's sums (the de
 update) of each in turn; compile excluded (two warm-up rounds). Rows: MAPPO and Hyper-MAPPO with the observation
 context (lean defaults), compiled, VMAS simple_spread, E = 1024, T = 25, 10 epochs, 1 mini-batch, 64x64.
 
-    python benchmarks/bias_gradient.py --rounds 6
+    python benchmarks/kernels/bias_gradient.py --rounds 6
 
 Writes benchmarks/results/bias_gradient.{json,md}.
 """
@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 ROWS = ["mappo", "hyper-obs-last"]
@@ -66,7 +66,8 @@ def main(argv=None) -> int:
             print({k: r[k] for k in r if k != "times"}, flush=True)
             results.append(r)
     lines = [f"# Bias gradients from the fused backward kernel against a separate column sum ({info['date']})", "",
-             f"`python benchmarks/bias_gradient.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/bias_gradient.py --rounds {args.rounds}` on {info['cpu']} "
+             f"({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Both runs of a row in "
              "one process, in turn each round; medians over rounds, ratios within a round [range]; compile "
              "excluded.", "",

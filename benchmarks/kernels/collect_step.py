@@ -13,7 +13,7 @@ VMAS simple_spread (its collection has no step core: VMAS steps eagerly). Ratios
 variants of a round run back to back in one process, so a slow phase of the machine hits all of them), and the
 median over rounds is reported with the range; compile time is excluded (every variant runs twice first).
 
-    python benchmarks/collect_step.py --rounds 12
+    python benchmarks/kernels/collect_step.py --rounds 12
 
 Writes benchmarks/results/collect_step.{json,md}.
 """
@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import JAXMARL, VARIANTS, case, machine, measure_rows, span, started_run, write_results  # noqa: E402
 
 ROWS = [("ippo, JaxMARL's settings", "mpe:simple_spread", 16, [*JAXMARL], True),
@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     info = machine()
     results = measure_rows(ROWS, measure, args.rounds, args.threads)
     lines = [f"# The compiled collection step and the graphs' C++ calling code ({info['date']})", "",
-             f"`python benchmarks/collect_step.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/collect_step.py --rounds {args.rounds}` on {info['cpu']} "
+             f"({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Variants side by side "
              "in one process, in turn each round; medians over rounds, ratios within a round [range]; compile "
              "excluded.", "",

@@ -6,7 +6,7 @@ result is stored as a bool tensor (ReLU's backward mask `x <= 0`, recomputed in 
 later kernel). This script times that pattern alone, eager against torch.compile (Inductor, static shapes), on one
 thread, so the next person can see whether a newer torch fixes it:
 
-    python benchmarks/inductor_mask_store.py
+    python benchmarks/kernels/inductor_mask_store.py
 
 Writes benchmarks/results/inductor_mask_store.{json,md}.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -63,7 +63,7 @@ def main() -> None:
             rows.append({"shape": list(shape), "case": name, "eager_ms": eager, "compiled_ms": compiled})
             print(f"{shape} {name}: eager {eager:.3f} ms, compiled {compiled:.3f} ms", flush=True)
     meta = {"torch": torch.__version__, "vec_isa": str(cpu_vec_isa.pick_vec_isa()), "threads": 1,
-            "command": "python benchmarks/inductor_mask_store.py"}
+            "command": "python benchmarks/kernels/inductor_mask_store.py"}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "inductor_mask_store.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = ["# Inductor CPU: a boolean output vs the eager op", "",

@@ -12,7 +12,7 @@ side in one process.
 
 Medians over rounds, ratios within a round [range]; compile excluded (every variant runs twice first).
 
-    python benchmarks/attention_kernel.py --rounds 6
+    python benchmarks/kernels/attention_kernel.py --rounds 6
 
 Writes benchmarks/results/attention_kernel.{json,md}.
 """
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 AGENTS, WIDTH, HEADS, SAMPLES = 3, 16, 4, 25_600
@@ -138,7 +138,8 @@ def main(argv=None) -> int:
     print(step["ms"], step["scalar_over_vector"], step["hyper_over_mappo_rate"], flush=True)
     us, ms = kernel["us"], step["ms"]
     lines = [f"# The attention kernel's float32 vector path against its scalar loops ({info['date']})", "",
-             f"`python benchmarks/attention_kernel.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/attention_kernel.py --rounds {args.rounds}` on {info['cpu']} "
+             f"({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Both builds side by "
              "side in one process, in turn each round; medians over rounds, ratios within a round [range].", "",
              f"Kernel alone ({SAMPLES:,} samples x {AGENTS} agents, width {WIDTH}, {HEADS} heads; "

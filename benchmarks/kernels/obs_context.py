@@ -13,7 +13,7 @@ Every experiment lives in this one process (each compiled with its own graphs), 
 turn, so a slow phase of the shared machine hits all of them; medians over rounds, ratios within a round [range];
 compile excluded (every experiment steps twice first).
 
-    python benchmarks/obs_context.py --rounds 6
+    python benchmarks/kernels/obs_context.py --rounds 6
 
 Writes benchmarks/results/obs_context.{json,md}.
 """
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+BENCH = Path(__file__).resolve().parents[1]  # benchmarks/: throughput.py (the shared harness), results/
+sys.path.insert(0, str(BENCH))
 from throughput import VARIANTS, case, collect_and_update, machine, span, started_run, write_results  # noqa: E402
 
 SWITCH = "HYPERMAPPO_OBS_CONTEXT_KERNEL"
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     print(step["ms"], step["rate_over_mappo"], step["modules_over_kernel"], flush=True)
     ms = kernel["ms"]
     lines = [f"# The observation-context kernel against the PyTorch modules ({info['date']})", "",
-             f"`python benchmarks/obs_context.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
+             f"`python benchmarks/kernels/obs_context.py --rounds {args.rounds}` on {info['cpu']} ({args.threads} threads), "
              f"torch {info['torch']}, load average {info['load_average_start']} at the start. Everything side by "
              "side in one process, in turn each round; medians over rounds, ratios within a round [range].", "",
              f"The context chain alone, eager ({SAMPLES:,} samples x {AGENTS} agents, {OBS} features; "
