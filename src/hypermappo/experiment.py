@@ -21,8 +21,9 @@ Faults stop a run loudly and never cost a good checkpoint:
 - Every checkpoint has a sidecar `ckpt_*.pt.crc32` (size and CRC-32). `resume` verifies the newest
   checkpoint (size, checksum, loadable, expected keys and shapes, finite weights), falls back to the
   newest intact one and sets the unusable ones aside as `*.pt.corrupt` (checkpoint.py).
-Run control lives in runtime/: the run directory's claim and lock (run_dir.py, run_lock.py) and the signal
-handling (signals.py).
+Run control lives in runtime/: the run directory's claim and lock (run_dir.py, run_lock.py), the signal
+handling (signals.py) and the progress line (progress.py); checkpoint I/O in checkpoint.py; summary.json's content in
+report/run_summary.py. What is left here is the loop.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ from hypermappo.evaluation import evaluate_policy
 from hypermappo.kernels import act_norm
 from hypermappo.logging import RunLogger
 from hypermappo.policies.groups import build_groups, evaluate_groups
+from hypermappo.report import run_summary
+from hypermappo.runtime import progress
 from hypermappo.runtime.run_dir import RunDirClaim
 from hypermappo.runtime.run_lock import RunDirLock
 from hypermappo.runtime.signals import StopSignals
@@ -594,7 +597,7 @@ class Experiment:
 
     def _end_progress_line(self) -> None:
         if not self.quiet and self.cfg.log.progress:
-            print(file=sys.stderr, flush=True)
+            progress.end_line()
 
     def _run(self) -> dict:
         cfg = self.cfg
@@ -750,43 +753,24 @@ class Experiment:
     def _progress(self, row: dict, start: float, steps0: int) -> None:
         if self.quiet or not self.cfg.log.progress:
             return
-        elapsed = time.perf_counter() - start
-        sps = (self.env_steps - steps0) / max(elapsed, 1e-9)
+        sps = (self.env_steps - steps0) / max(time.perf_counter() - start, 1e-9)
         total = self.updates_total * self.cfg.rollout_length * self.cfg.num_envs
-        eta = (total - self.env_steps) / max(sps, 1e-9)
-        recent = f"{np.mean(self.recent_returns):8.2f}" if self.recent_returns else f"{'-':>8}"  # no episode ended yet
-        frac = self.env_steps / total
-        bar = "#" * int(20 * frac) + "-" * (20 - int(20 * frac))
-        msg = (f"\r[{bar}] {self.env_steps:>10,}/{total:,} steps  {sps:7.0f} sps  return(100) {recent}"
-               f"  ETA {eta:5.0f}s")
-        if "eval_return_mean" in row:
-            msg += f"  eval {row['eval_return_mean']:.2f}"
-        print(msg, end="", file=sys.stderr, flush=True)
+        progress.show(progress.progress_line(self.env_steps, total, sps, self.recent_returns,
+                                             row.get("eval_return_mean")))
 
     def write_summary(self, wall: float, eval_stats: dict | None, status: str = "finished") -> dict:
         """summary.json; `status` is "finished" or "failed: <why>" (then no evaluation numbers)."""
-        summary = {
-            "status": status,
-            "algo": self.cfg.algo, "actor": self.cfg.actor, "env": self.cfg.env, "seed": self.cfg.seed,
-            "env_steps": self.env_steps, "updates": self.update, "wall_s": wall,
-            "train_sps": self.env_steps / max(wall, 1e-9),
-            "eval_return_mean": eval_stats["return_mean"] if eval_stats else None,
-            "eval_return_std": eval_stats["return_std"] if eval_stats else None,
-            "eval_episodes": eval_stats["episodes"] if eval_stats else 0,
-            "episode_return_recent": float(np.mean(self.recent_returns)) if self.recent_returns else None,
-            **self.summary_extra,
-        }
-        if eval_stats:
-            summary.update({f"eval_{k}": v for k, v in eval_stats.items() if k not in
-                            ("return_mean", "return_std", "episodes", "returns", "group_returns")})
+        groups = None
         if self.multi:
-            summary["groups"] = {g.name: {
+            groups = {g.name: {
                 "kind": g.kind, "slots": g.slots, "phase": g.phases[g.phase].describe(),
                 "episode_return_recent": float(np.mean(self.group_recent[g.name])) if self.group_recent[g.name]
                 else None,
                 "eval_return_mean": eval_stats["group_returns"][g.name] if eval_stats else None}
                 for g in self.groups}
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        summary = run_summary.run_summary(self.cfg, status, self.env_steps, self.update, wall, eval_stats,
+                                          self.recent_returns, self.summary_extra, groups)
+        run_summary.write(self.run_dir, summary)
         return summary
 
     # ------------------------------------------------------------------ checkpoints
