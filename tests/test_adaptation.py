@@ -207,3 +207,45 @@ def test_bayes_belief_carries_across_episodes_only_with_memory_and_the_baselines
         # the oracle knows the follow rule: it is right nearly always once the belief settles
         assert r["oracle_action_accuracy"]["by_step"][-1] > 0.9
         assert r["goal_accuracy"]["count"][0] > 0  # the follower's own target ("hunter") labels its steps
+        # the oracle's goal belief, on the same labels: its follow rule is the goal "hunter"
+        assert r["oracle_goal_accuracy"]["count"] == r["goal_accuracy"]["count"]
+        assert r["oracle_goal_accuracy"]["by_step"][-1] > 0.9
+
+
+def test_the_ceiling_is_the_mode_of_a_frozen_partners_own_move_distribution(bayes_run, run):
+    """A sampling partner cannot be predicted better than by the most likely move of its own distribution: scored
+    where a frozen member played (NaN rows elsewhere), for frozen partners only."""
+    from hypermappo.adaptation import _ceiling
+
+    probs = torch.tensor([[[0.1, 0.6, 0.3]], [[0.5, 0.2, 0.3]], [[float("nan")] * 3]])  # [E=3, P=1, A=3]
+    out = _ceiling(probs, torch.tensor([[1], [2], [0]]))
+    assert out["policy_correct"].flatten().tolist() == [True, False, False]
+    assert out["policy_counted"].flatten().tolist() == [True, True, False]
+    assert _ceiling(None, torch.zeros(3, 1, dtype=torch.long)) == {}
+    frozen, scripted = adapt(bayes_run, [f"{run}#learner", "scripted:staghunt_stag"], episodes=2, num_envs=4,
+                             memory=(True,))["results"]
+    ceiling = frozen["policy_action_accuracy"]
+    assert ceiling["count"][0] > 0 and 0.0 < ceiling["overall"] <= 1.0
+    assert "policy_action_accuracy" not in scripted  # a scripted rule's best predictor is the oracle
+
+
+def test_a_goal_event_moves_the_belief_back_to_the_prior_by_event_reset():
+    """b <- (1 - w) b + w prior for the co-player that completed a goal at this step, after the Bayes update."""
+    from test_coplayer_bayes import Planted
+
+    from hypermappo.algos.coplayer_bayes import GoalBelief
+
+    pi = torch.tensor([[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]]).log().view(1, 1, 1, 3, 2).expand(2, 1, 2, 3, 2)
+    w = 0.75
+    b = GoalBelief(Planted(pi), torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True, event_reset=w)
+    b.start(2, "cpu")
+    b.begin(torch.zeros(2, 1, 3))
+    b.observe(torch.tensor([[0, 0], [0, 0]]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool),
+              torch.tensor([[-1, 1], [-1, -1]]))  # env 0's co-player completed goal 1; env 1's did not
+    post = _normalised_list([0.9, 0.1, 0.5])
+    assert b.log_b[1, 0, 1].exp().tolist() == pytest.approx(post, abs=1e-6)
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx([(1 - w) * p + w / 3 for p in post], abs=1e-6)
+
+
+def _normalised_list(xs):
+    return [x / sum(xs) for x in xs]

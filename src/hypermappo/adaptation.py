@@ -114,6 +114,7 @@ class HeldOutMatch:
         E, K, device = self.env.num_envs, episodes, self.device
         population = Population([partner], self.partner_spec, torch.tensor(self.partner_slots, device=device), device)
         pstate = population.new_state(E)
+        population.record_probs = bool(self.coplayer)
         partner_id = torch.zeros(E, dtype=torch.long, device=device)
         generator = torch.Generator().manual_seed(seed + 1)
         for side in self.learners:
@@ -142,12 +143,13 @@ class HeldOutMatch:
                 trace.append(self._trace_step(population.slots, partner_actions, partner_goal, nxt, ended, episode,
                                               t_in_episode))
                 trace[-1].update(baselines.score(partner_actions.long()))
+                trace[-1].update(_ceiling(population.policy_probs, partner_actions.long()))
             active_before = s.active
             s = nxt
             for side in self.learners:
                 side.observe(s, actions, active_before)
             if baselines is not None:
-                baselines.observe(actions, active_before, ended)
+                baselines.observe(actions, active_before, ended, s.extras.get("goal_event"))
             population.observe(pstate, s.done[:, population.slots])
             running = running + s.reward[:, learner_slots].mean(-1)
             t_in_episode = t_in_episode + 1
@@ -221,7 +223,7 @@ class LearnerSide:
 
             c = self.bayes_cfg
             self.belief = GoalBelief(self.model, self.slots, self.model.n_slots, c.prior_weight, c.hazard, memory,
-                                     c.observe_actions)
+                                     c.observe_actions, c.event_reset)
             self.belief.start(E, device)
             self.memory = None
             return
@@ -250,7 +252,7 @@ class LearnerSide:
         """After the env step: the actor's resets; the goal belief's Bayes update on everyone's actions [E, N]."""
         self.reset = s.done[:, self.slots]
         if self.belief is not None:
-            self.belief.observe(actions, active_before, s.terminated | s.truncated)
+            self.belief.observe(actions, active_before, s.terminated | s.truncated, s.extras.get("goal_event"))
 
     def action_nll(self, partner_slots: torch.Tensor, actions: torch.Tensor) -> torch.Tensor | None:
         """-log p(the partner's action) under the belief's prediction: [E, K, P] (None: no goal belief)."""
@@ -278,7 +280,7 @@ class Baselines:
 
     def __init__(self, env, learner_slots: torch.Tensor, partner_slots: torch.Tensor, memory: bool):
         from hypermappo.algos.coplayer_bayes import GoalBelief
-        from hypermappo.algos.coplayer_oracle import ORACLE_GOALS, OracleGoalPolicy
+        from hypermappo.algos.coplayer_oracle import NAMED_GOALS, ORACLE_GOALS, OracleGoalPolicy
         from hypermappo.config import CoplayerConfig
 
         E, A = env.num_envs, int(env.spec.action_space.n)
@@ -287,11 +289,12 @@ class Baselines:
         self.last = torch.zeros(E, P, dtype=torch.long, device=partner_slots.device)
         self.counts = torch.zeros(E, P, A, device=partner_slots.device)
         self.oracle = None
+        self.oracle_names_goals = type(env).__name__ in NAMED_GOALS
         if type(env).__name__ in ORACLE_GOALS:
             c = CoplayerConfig()  # the Bayesian model's defaults
             self.oracle_model = OracleGoalPolicy(env, c.floor)
             self.oracle = GoalBelief(self.oracle_model, learner_slots, env.spec.num_agents, c.prior_weight, c.hazard,
-                                     memory)
+                                     memory, event_reset=c.event_reset)
             self.oracle.start(E, partner_slots.device)
 
     def predict(self, s) -> None:
@@ -306,18 +309,21 @@ class Baselines:
                "frequent_correct": (self.counts.argmax(-1) == actions).unsqueeze(1)}
         if self.oracle is not None:
             out["oracle_correct"] = (self.oracle_pred.argmax(-1) == actions.unsqueeze(1))
+            if self.oracle_names_goals:  # its goal prediction, before this move: [E, K, P]
+                out["oracle_goal_pred"] = self.oracle.log_b[:, :, self.partner_slots].argmax(-1)
             out["oracle_nll"] = -self.oracle_pred.gather(-1, actions.unsqueeze(1).unsqueeze(-1).expand(
                 -1, self.oracle_pred.shape[1], -1, 1)).squeeze(-1)
         return out
 
-    def observe(self, actions: torch.Tensor, active_before: torch.Tensor, ended: torch.Tensor) -> None:
+    def observe(self, actions: torch.Tensor, active_before: torch.Tensor, ended: torch.Tensor,
+                event: torch.Tensor | None = None) -> None:
         a = actions[:, self.partner_slots]
         self.last = a
         self.counts += torch.nn.functional.one_hot(a, self.A).float()
         if not self.memory:
             self.counts = torch.where(ended.view(-1, 1, 1), 0.0, self.counts)
         if self.oracle is not None:
-            self.oracle.observe(actions, active_before, ended)
+            self.oracle.observe(actions, active_before, ended, event)
 
 
 def _latest_checkpoint(run_dir: Path, device) -> dict:
@@ -330,6 +336,16 @@ def _latest_checkpoint(run_dir: Path, device) -> dict:
         except (ValueError, OSError) as e:
             reasons.append(f"{path.name}: {e}")
     raise UserError(f"adapt: run {str(run_dir)!r} has no intact checkpoint ({'; '.join(reasons) or 'none there'})")
+
+
+def _ceiling(probs: torch.Tensor | None, actions: torch.Tensor) -> dict:
+    """The best any predictor can do against a partner that samples its moves: predict the most likely move of its
+    own distribution (probs [E, P, A], NaN rows where no frozen member played). -> hits and counted [E, 1, P]."""
+    if probs is None:
+        return {}
+    known = ~probs.isnan().any(-1)  # [E, P]
+    hit = (probs.nan_to_num(0.0).argmax(-1) == actions) & known
+    return {"policy_correct": hit.unsqueeze(1), "policy_counted": known.unsqueeze(1)}
 
 
 def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
@@ -356,6 +372,9 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
         if f"{name}_correct" in trace[0]:
             hits = torch.stack([x[f"{name}_correct"] for x in trace])
             out[f"{name}_action_accuracy"] = grid(hits, torch.ones_like(hits))
+    if all("policy_correct" in x for x in trace):  # the partner's own distribution's mode: the ceiling
+        out["policy_action_accuracy"] = grid(torch.stack([x["policy_correct"] for x in trace]),
+                                             torch.stack([x["policy_counted"] for x in trace]))
     for name in ("action_nll", "oracle_nll"):  # a mean, stored as the grid's "correct" sums
         if trace[0].get(name) is not None:
             v = torch.stack([x[name] for x in trace])
@@ -371,6 +390,10 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
             label = torch.where(given >= -1, given, label)
         label = label.unsqueeze(2).expand_as(pred)
         out["goal_accuracy"] = grid((pred == label) & (label >= 0), label >= 0)
+        if "oracle_goal_pred" in trace[0]:  # the same labels, the oracle's belief
+            oracle = torch.stack([x["oracle_goal_pred"] for x in trace])
+            lab = label[:, :, :1].expand_as(oracle)
+            out["oracle_goal_accuracy"] = grid((oracle == lab) & (lab >= 0), lab >= 0)
     return out
 
 
@@ -414,7 +437,8 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
             result = {"partner": _label(member), "source": spec, "memory": bool(mem),
                       "return": _curve(played["return"]), "team_return": _curve(played["team"])}
             for name in ("action_accuracy", "goal_accuracy", "action_nll", "repeat_action_accuracy",
-                         "frequent_action_accuracy", "oracle_action_accuracy", "oracle_nll"):
+                         "frequent_action_accuracy", "oracle_action_accuracy", "oracle_nll",
+                         "policy_action_accuracy", "oracle_goal_accuracy"):
                 if name in played:
                     result[name] = _rates(played[name])
             results.append(result)

@@ -227,6 +227,9 @@ class CoplayerConfig:
                                    "prior + (1 - alpha) * the episode's final posterior", min=0.0, max=1.0)
     hazard: float = opt(0.05, "bayes: probability per step that a co-player changes goal (the belief moves this "
                               "far back towards the episode's prior after each update)", min=0.0, max=1.0)
+    event_reset: float = opt(0.0, "bayes: how far a co-player's belief moves back to the episode's prior when it "
+                                  "completes a goal (env goal_event: a capture, a coin picked): 1 = it picks its next "
+                                  "goal afresh, 0 = only the per-step hazard", min=0.0, max=1.0)
     floor: float = opt(0.05, "bayes: weight of a uniform policy mixed into every goal's policy (no observed move "
                              "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
     observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "
@@ -643,8 +646,8 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         bayes, gru = cp.model == "bayes", f"it is read by coplayer.model=gru, got coplayer.model={cp.model!r}"
         for name in ("goal_weight", "subgoal_weight", "epochs"):
             check(f"coplayer.{name}", not bayes, gru)
-        for name in ("prior_weight", "hazard", "floor", "observe_actions", "view", "self_model", "replay_size", "steps",
-                     "batch_size", "hindsight_window", "hindsight_weight"):
+        for name in ("prior_weight", "hazard", "event_reset", "floor", "observe_actions", "view", "self_model",
+                     "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",
               "it weighs the prior carried across episodes, and coplayer.memory=episode carries none")

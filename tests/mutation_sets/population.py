@@ -59,7 +59,7 @@ def mutations(M):
           "torch.zeros(E, dtype=torch.long, device=device)",
           (f"{T_POP}::test_evaluation_of_a_population_run_lets_the_members_take_turns_over_episodes",),
           "evaluation plays only the first member"),
-        M("population_switch_allowed", GROUPS, 'if schedule and phases[0].kind == "population":',
+        M("population_switch_allowed", "src/hypermappo/policies/specs.py", 'if schedule and phases[0].kind == "population":',
           "if False:", (f"{T_POP}::test_population_config_mistakes_are_one_line_errors",),
           "a switch schedule silently ignored"),
         M("adapt_running_return_not_reset", ADAPT, "running = torch.where(ended, 0.0, running)", "pass",

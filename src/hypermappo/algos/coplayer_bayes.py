@@ -75,10 +75,11 @@ class GoalBelief:
     learner that mostly stays) is then predicted as well as counting its moves does, instead of uniformly."""
 
     def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
-                 persistent: bool, observe_actions: bool = True):
+                 persistent: bool, observe_actions: bool = True, event_reset: float = 0.0):
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
+        self.event_reset = event_reset
         self.others = one_hot_mask(slots, n_slots)  # [K, N]
         self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
 
@@ -112,12 +113,19 @@ class GoalBelief:
         features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
         return features, log_pred
 
-    def observe(self, actions: torch.Tensor, active: torch.Tensor, episode_end: torch.Tensor) -> None:
-        """actions [E, N] every slot's action of this step, active [E, N] alive when acting, episode_end [E]."""
+    def observe(self, actions: torch.Tensor, active: torch.Tensor, episode_end: torch.Tensor,
+                event: torch.Tensor | None = None) -> None:
+        """actions [E, N] every slot's action of this step, active [E, N] alive when acting, episode_end [E],
+        event [E, N] the goal each slot completed at this step (-1: none; the env's public `goal_event`): a
+        co-player that has just reached a goal picks its next one afresh, so its belief moves `event_reset` of the
+        way back to the episode's prior (what is known of this partner, not what it was just doing)."""
         like = self.log_pi.gather(-1, actions.view(actions.shape[0], 1, self.N, 1, 1).expand(
             -1, self.log_pi.shape[1], -1, self.G, 1)).squeeze(-1)  # [E, K, N, G]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
         post = switch(bayes_update(self.log_b, like), self.prior, self.hazard)
+        if event is not None and self.event_reset > 0:
+            done_goal = (event >= 0).view(event.shape[0], 1, self.N, 1)  # [E, 1, N, 1]
+            post = torch.where(done_goal, switch(post, self.prior, self.event_reset), post)
         self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)
         self.counts = self.counts + F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1) * seen.unsqueeze(-1)
         self.prev = torch.where(active, actions, self.prev)
@@ -181,7 +189,7 @@ class BayesCoplayer:
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
         self.learner_slot[self.slots] = True
         self.belief = GoalBelief(self.model, self.slots, N, c.prior_weight, c.hazard, c.memory != "episode",
-                                 c.observe_actions)
+                                 c.observe_actions, c.event_reset)
         z = dict(device=device)
         # the rollout: every slot's observation (training inputs of each observer), actions, previous actions
         self.obs_all = torch.zeros(T, E, N, D, **z)
@@ -254,7 +262,7 @@ class BayesCoplayer:
             goal = getattr(g, "last_goal", None)
             if goal is not None:  # a scripted rule's own target (-1: none, "other"); frozen actors write none
                 given[:, g.index] = goal.to(given.dtype)
-        self.belief.observe(actions, step.active, end)
+        self.belief.observe(actions, step.active, end, event)
         self.step_count = torch.where(end, 0, self.step_count + 1)
 
     # ------------------------------------------------------------------ training
@@ -408,7 +416,8 @@ class BayesBeliefActor(torch.nn.Module):
         if self.belief is None or self.belief.log_b.shape[0] != E or fresh:
             c = self.cfg.coplayer
             self.belief = GoalBelief(self.model, torch.tensor(self.slots, device=obs.device), self.model.n_slots,
-                                     c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions)
+                                     c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions,
+                                     c.event_reset)
             self.belief.start(E, obs.device)
             self.active_all = None
         if self.active_all is None:
@@ -420,7 +429,8 @@ class BayesBeliefActor(torch.nn.Module):
     @torch.no_grad()
     def observe(self, actions: torch.Tensor, step) -> None:
         """actions [E, N] taken by every slot of the env, `step` the EnvStep they led to."""
-        self.belief.observe(actions.long(), self.active_all, step.terminated | step.truncated)
+        self.belief.observe(actions.long(), self.active_all, step.terminated | step.truncated,
+                            step.extras.get("goal_event"))
         self.active_all = step.active
 
     def done(self) -> None:

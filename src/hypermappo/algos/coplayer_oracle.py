@@ -19,6 +19,10 @@ ORACLE_GOALS = {
     "StagHuntVecEnv": ["staghunt_stag", "staghunt_hare", "staghunt_follow"],
     "CoinGameVecEnv": ["coin_cooperative", "coin_selfish"],
 }
+# envs whose oracle rules pursue the env's goal_names in order (and "uniform" is the "other" goal): the oracle's
+# goal belief is then scored against the same goal labels as a learned model's (the coin game's rules are kinds
+# of partner, cooperative and selfish, not its goals own_coin / other_coin)
+NAMED_GOALS = {"StagHuntVecEnv"}
 
 
 class OracleGoalPolicy:

@@ -66,6 +66,8 @@ class Population:
         self.members, self.slots, self.device = members, slots, device
         self.fns = [get_scripted(m.policy) if m.kind == "scripted" else None for m in members]
         self.actors = [load_frozen_actor(m, env_spec, device) if m.kind == "frozen" else None for m in members]
+        self.record_probs = False  # keep the frozen members' move distributions of the last act (`policy_probs`)
+        self.policy_probs = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -84,13 +86,15 @@ class Population:
             deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Actions [E, K] (env e gets member partner_id[e]'s) and the goals [E, K] the members playing there wrote
         into ScriptedContext.goal (-1: no goal this step; GOAL_NOT_GIVEN where the member writes none, e.g. a
-        frozen actor; None when no member wrote one). Frozen members sample unless `deterministic`."""
+        frozen actor; None when no member wrote one). Frozen members sample unless `deterministic`; the move
+        distribution they sampled from is left in `self.policy_probs` when `record_probs` (held-out evaluation
+        scores the best possible prediction of a sampling partner with it)."""
         from hypermappo.policies.scripted import ScriptedContext
 
         index = self.slots
         obs = step.obs[:, index]  # [E, K, obs_dim]
         E, K = obs.shape[:2]
-        actions = goal = None
+        actions = goal = policy_probs = None
         for m, (member, fn, actor) in enumerate(zip(self.members, self.fns, self.actors)):
             here = (partner_id == m).unsqueeze(-1)  # [E, 1]
             member_goal = None
@@ -103,6 +107,11 @@ class Population:
                 out = actor(obs, avail, state.hidden[m], state.reset, active=step.active[:, index])
                 state.hidden[m] = out.hidden
                 a = out.dist.mode() if deterministic else out.dist.sample()
+                if self.record_probs and hasattr(out.dist, "logp_all"):  # its own move distribution (discrete)
+                    probs = out.dist.logp_all.exp()  # [E, K, A]
+                    if policy_probs is None:
+                        policy_probs = torch.full_like(probs, torch.nan)
+                    policy_probs = torch.where(here.unsqueeze(-1), probs, policy_probs)
             if actions is None:
                 actions = torch.zeros((E, K, *a.shape[2:]), dtype=a.dtype, device=a.device)
             here_a = here.view(E, *([1] * (a.dim() - 1)))
@@ -111,6 +120,7 @@ class Population:
                 if goal is None:
                     goal = torch.full((E, K), GOAL_NOT_GIVEN, dtype=torch.long, device=a.device)
                 goal = torch.where(here, member_goal.to(goal.device), goal)
+        self.policy_probs = policy_probs  # [E, K, A] where a frozen member played this step (NaN elsewhere) or None
         return actions, goal
 
     def observe(self, state: PopulationState, done: torch.Tensor) -> None:
