@@ -475,8 +475,8 @@ def inference_report(args, seeds: list[int]) -> None:
         ref = per.get("bayes") or next(iter(per.values()))
         for h in folds + ["mean"]:
             def cell(rows, key, h=h):
-                xs = np.array([r[key] for r in rows if h == "mean" or r["held_out"] == h], dtype=float)
-                return f"{np.nanmean(xs):.2f} ± {np.nanstd(xs):.2f}" if xs.size else "n/a"
+                xs = np.array([r.get(key, np.nan) for r in rows if h == "mean" or r["held_out"] == h], dtype=float)
+                return f"{np.nanmean(xs):.2f} ± {np.nanstd(xs):.2f}" if np.isfinite(xs).any() else "n/a"
             lines.append(f"| {h} | " + " | ".join(cell(rows, "action_acc") for rows in per.values()) +
                          f" | {cell(ref, 'repeat_acc')} | {cell(ref, 'frequent_acc')} | {cell(ref, 'oracle_acc')} | "
                          f"{cell(ref, 'ceiling_acc')} | "

@@ -43,36 +43,41 @@ ACTORS = {  # the default actors of the compiled path
     "hyper-obs-last": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
     "mlp-hyper-critic": ["actor=mlp", "critic.arch=hyper", "critic.hyper_hidden=16"],
 }
+ONE = ["ppo.num_mini_batch=1"]  # one mini-batch step per update graph: half the graph to compile
+# Variants compared with the eager run beyond the default actors, each with the graph passes it forces at every
+# product their rules admit (not where a timed probe finds them faster: probe.py). Most compile one mini-batch step
+# per update graph (ONE: half the graph of two unrolled steps); the default actors, the micro-batch and uneven
+# variants and the products counted per step of two keep two.
 EQUAL_TOO = {
-    # learning rates enter the compiled mini-batch step as a tensor: a decaying one must not be baked into the graph
-    "mlp-lr-decay": ["actor=mlp", "ppo.lr_decay=true"],
-    # the compiled path decomposes tanh into exp (compile/decision.py): same values to float rounding
-    "mlp-tanh": ["actor=mlp", "model.activation=tanh"],
     # JaxMARL's IPPO network (Tanh, no LayerNorm): every hidden product's bias added in its Tanh's kernel
-    # (bias_epilogue.py)
-    "mlp-tanh-no-norm": ["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false"],
-    # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows)
-    "mlp-onednn": ["actor=mlp"],
+    # (bias_epilogue.py); the compiled path decomposes tanh into exp (compile/decision.py): same values to rounding
+    "mlp-tanh-no-norm": (["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false",
+                          *ONE], {"bias-epilogue"}),
     # micro-batch row blocks (algos/micro_batch.py): a graph per block and one for clipping + Adam
-    "mlp-micro": ["actor=mlp", "ppo.micro_batch_size=16"],
-    "hyper-obs-micro": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"],
+    "mlp-micro": (["actor=mlp", "ppo.micro_batch_size=16"], set()),
+    "hyper-obs-micro": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"], set()),
     # mini-batches of 14, 13 and 13 rows: the update's guard skipping must not run one shape's graph on another
-    "mlp-uneven-mini-batches": ["actor=mlp", "ppo.num_mini_batch=3"],
+    "mlp-uneven-mini-batches": (["actor=mlp", "ppo.num_mini_batch=3"], set()),
+    # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows); and a decaying
+    # learning rate, which enters the compiled mini-batch step as a tensor: it must not be baked into the graph
+    "mlp-onednn": (["actor=mlp", "ppo.lr_decay=true"], {"onednn"}),
+    # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows); on its own, as oneDNN
+    # takes one of these products per step when both are forced (2 mini-batch steps unrolled: a graph of one step
+    # has one weight gradient fewer for the kernel)
+    "mlp-weight-grad": (["actor=mlp"], {"weight-grad"}),
     # the hidden blocks' LayerNorm(act) C kernel (kernels/act_norm.py) inside the compiled graphs, against the eager
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one)
-    "mlp-act-norm": ["actor=mlp"],
-    "mlp-tanh-act-norm": ["actor=mlp", "model.activation=tanh"],
-    "hyper-id-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # generated layers too
-    "hyper-obs-act-norm": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],  # with the attention kernel
+    "mlp-tanh-act-norm": (["actor=mlp", "model.activation=tanh", *ONE], {"act-norm"}),
+    # Hyper-MAPPO's generated layers too (per-agent products: bmm), and with the attention kernel
+    "hyper-id-act-norm": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16", *ONE], {"act-norm"}),
+    "hyper-id-weight-grad": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"], {"weight-grad"}),
+    "hyper-obs-act-norm": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", *ONE], {"act-norm"}),
+    "hyper-obs-weight-grad": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"], {"weight-grad"}),
     # 64-wide ReLU blocks: their products fused with the LayerNorm(act) kernel (linear_act_norm.py), both directions
-    "mlp-linear-act-norm": ["actor=mlp", "model.hidden_sizes=[64,64]"],
+    "mlp-linear-act-norm": (["actor=mlp", "model.hidden_sizes=[64,64]", *ONE], {"linear-act-norm", "act-norm"}),
     # and Hyper-MAPPO's per-agent blocks (agent-id context: one product per agent, bmm / baddbmm)
-    "hyper-id-linear-act-norm": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
-                                 "model.hidden_sizes=[64,64]"],
-    # every weight gradient of the compiled graphs through the C kernel (weight_grad.py; by default from 8,192 rows)
-    "mlp-weight-grad": ["actor=mlp"],
-    "hyper-id-weight-grad": ["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16"],  # per-agent (bmm) too
-    "hyper-obs-weight-grad": ["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto"],
+    "hyper-id-linear-act-norm": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
+                                  "model.hidden_sizes=[64,64]", *ONE], {"linear-act-norm", "act-norm"}),
 }
 
 
@@ -245,31 +250,35 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # the rewrites at every product their rules admit, not where a timed probe finds them faster (probe.py)
     for var in ("HYPERMAPPO_ONEDNN_GEMM", "HYPERMAPPO_WEIGHT_GRAD", "HYPERMAPPO_LINEAR_ACT_NORM"):
         monkeypatch.setenv(var, "1")
-    if actor == "mlp-onednn":  # a key no cached graph has (a graph from the cache would skip the pass)
+    overrides, forced = ACTORS.get(actor), set()
+    if actor in EQUAL_TOO:
+        overrides, forced = EQUAL_TOO[actor]
+    # a pass whose rewrites are counted needs a key no cached graph has (a graph from the cache would skip it)
+    if "onednn" in forced:
         monkeypatch.setattr(onednn_gemm, "MIN_ROWS", 1)
         monkeypatch.setattr(onednn_gemm.PASS, "uuid", lambda key=os.urandom(16): key)
-    if actor.endswith("weight-grad"):
+    if "weight-grad" in forced:
         monkeypatch.setattr(weight_grad, "MIN_ROWS", 1)
         monkeypatch.setattr(weight_grad, "MIN_WIDTH", 1)
         monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)
-    if actor.endswith("linear-act-norm"):
+    if "linear-act-norm" in forced:
         monkeypatch.setattr(linear_act_norm.PASS, "uuid", lambda key=os.urandom(16): key)
-    if actor == "mlp-tanh-no-norm":
+    if "bias-epilogue" in forced:
         monkeypatch.setattr(bias_epilogue.PASS, "uuid", lambda key=os.urandom(16): key)
+    steps = next((int(o.split("=")[1]) for o in overrides if o.startswith("ppo.num_mini_batch=")), 2)  # per graph
     rewritten, rewritten_wg = onednn_gemm.PASS.rewritten, weight_grad.PASS.rewritten
     rewritten_be = bias_epilogue.PASS.rewritten
     rewritten_lan = dict(linear_act_norm.PASS.rewritten)
     runs, graphs, kernel_calls = {}, {}, {}
     for mode in ("off", "on"):
-        if actor.endswith("act-norm"):
+        if "act-norm" in forced:
             monkeypatch.setattr(act_norm, "MIN_ROWS", 1 if mode == "on" else 10 ** 12)
         before_calls = dict(act_norm.calls)
         torch._dynamo.reset()  # graphs of earlier tests in this process may fit these shapes: count this run's own
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        overrides = ACTORS.get(actor) or EQUAL_TOO[actor]
         mini_batches = [] if any(o.startswith("ppo.num_mini_batch=") for o in overrides) else ["ppo.num_mini_batch=2"]
         cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", *mini_batches,
-                                          "checkpoint_interval=4", *overrides])
+                                          "checkpoint_interval=2", *overrides])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert exp.primary.compiled == (mode == "on")
         summary = exp.run()
@@ -297,37 +306,41 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
     assert "compile_s" not in eager_summary
     assert comp_summary["weight_grad"] == weight_grad.status() and "weight_grad" not in eager_summary
-    if actor == "mlp-onednn":
-        # every row-major product of the graphs: collection's 6 forwards, and in the update's graph (its 2
-        # mini-batch steps unrolled) 6 forwards and 4 input gradients a step (none for the first layers: the input
-        # LayerNorm is folded into them, agent_layers.fold_norm)
-        assert onednn_gemm.PASS.rewritten - rewritten == 6 + 2 * 10
-    if actor.endswith("weight-grad"):  # every weight gradient of the update's graph (2 mini-batch steps unrolled)
+    if "onednn" in forced:
+        # every row-major product of the graphs: collection's 6 forwards, and in the update's graph (its mini-batch
+        # steps unrolled) 6 forwards and 4 input gradients a step (none for the first layers: the input LayerNorm
+        # is folded into them, agent_layers.fold_norm)
+        assert onednn_gemm.PASS.rewritten - rewritten == 6 + steps * 10
+    if "weight-grad" in forced:  # every weight gradient of the update's graph, per unrolled mini-batch step
         # (hyper-id: 13 with the outer product of the input LayerNorm's shift folded into the per-agent first
         # layers, agent_layers.fold_norm, a 1-row product this test's lowered MIN_ROWS lets through; hyper-obs: 8,
         # its context chain's 5 weight gradients are taken inside the observation-context kernel, obs_context.c)
-        assert weight_grad.PASS.rewritten - rewritten_wg == 2 * {"mlp-weight-grad": 7, "hyper-id-weight-grad": 13,
-                                                                 "hyper-obs-weight-grad": 8}[actor]
-    if actor == "mlp-tanh-no-norm":
-        # collection: the 4 hidden products (into Tanh); in each of the update's 2 unrolled steps those 4 and the
+        assert weight_grad.PASS.rewritten - rewritten_wg == steps * {"mlp-weight-grad": 7, "hyper-id-weight-grad": 13,
+                                                                     "hyper-obs-weight-grad": 8}[actor]
+    if "bias-epilogue" in forced:
+        # collection: the 4 hidden products (into Tanh); in each of the update's unrolled steps those 4 and the
         # value head's (into the value loss); the policy heads feed log-softmax, a reduction, and stay addmm
-        assert bias_epilogue.PASS.rewritten - rewritten_be == 4 + 2 * 5
+        assert bias_epilogue.PASS.rewritten - rewritten_be == 4 + steps * 5
     if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "
             "gradients accumulated")
-    if actor.endswith("act-norm"):  # forward in collection and the update, backward in the update: compiled run only
+    if "act-norm" in forced:  # forward in collection and the update, backward in the update: compiled run only
         assert not any(kernel_calls["off"].values()) and kernel_calls["on"]["backward"] > 0, kernel_calls
         assert kernel_calls["on"]["forward"] > kernel_calls["on"]["backward"], kernel_calls
     fused = {k: v - rewritten_lan[k] for k, v in linear_act_norm.PASS.rewritten.items()}
-    if actor.endswith("linear-act-norm"):  # collection's 4 blocks forward; 4 forward and 4 backward (+ bias) in each
-        # of the update graph's 2 unrolled mini-batch steps (hyper-id: the actor's 2 of each per agent)
-        assert fused == {"forward": 4 + 2 * 4, "backward": 2 * 4, "bias": 2 * 4}, fused
+    if "linear-act-norm" in forced:  # collection's 4 blocks forward; 4 forward and 4 backward (+ bias) in each of
+        # the update graph's unrolled mini-batch steps (hyper-id: the actor's 2 of each per agent)
+        assert fused == {"forward": 4 + steps * 4, "backward": steps * 4, "bias": steps * 4}, fused
         assert comp_summary["linear_act_norm"] == linear_act_norm.status() and "linear_act_norm" not in eager_summary
-    elif actor.endswith("act-norm"):  # 16-wide blocks or Tanh: the separate kernels
+    elif "act-norm" in forced:  # 16-wide blocks or Tanh: the separate kernels
         assert fused == {"forward": 0, "backward": 0, "bias": 0}, fused
-    if actor in ("hyper-obs-last", "hyper-obs-micro"):  # the C attention kernel ran inside the compiled graphs
+    if actor.startswith("hyper-obs"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
+    if actor in ("mlp", "hyper-obs-last"):  # and the compiled run resumes exactly (its graphs: from the cache)
+        from test_resume import resumed_from_update_2_matches
+
+        resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
 
 
 COLLECT_ACTORS = {"mlp": ["actor=mlp"],
@@ -507,29 +520,33 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
 
 
 @needs_cxx
-def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path):
-    """ppo.num_mini_batch=8: an epoch's 8 mini-batch steps are two compiled graphs of 4 (mappo.steps_per_graph). A
-    NaN in the 6th (the 2nd graph's 2nd) must leave the weights and Adam's state as the 5th step made them, as the
-    eager loop does (it raises before the 6th step), and name the 6th."""
+def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch):
+    """ppo.num_mini_batch=4 with at most 2 steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4 in a run: 2 here, half
+    the graph to compile): an epoch's 4 mini-batch steps are two compiled graphs of 2. A NaN in the 4th (the 2nd
+    graph's 2nd) must leave the weights and Adam's state as the 3rd step made them, as the eager loop does (it
+    raises before the 4th step), and name the 4th."""
+    from hypermappo.algos import mappo
+
+    monkeypatch.setattr(mappo, "STEPS_PER_GRAPH", 2)
     ends = {}
     for mode in ("off", "on"):
         exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=80", "ppo.ppo_epoch=2",
-                                                     "ppo.num_mini_batch=8"]), tmp_path / mode, quiet=True)
+                                                     "ppo.num_mini_batch=4"]), tmp_path / mode, quiet=True)
         L = exp.primary
         exp._start_episodes()
         exp.collect()
-        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 16 steps
+        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 8 steps
         exp.collect()
         ahead = torch.Generator()
         ahead.set_state(L.batch_generator.get_state())
-        row = L.buffer.minibatch_indices(8, ahead)[5][0]  # a row of the next update's 6th mini-batch
+        row = L.buffer.minibatch_indices(4, ahead)[3][0]  # a row of the next update's 4th mini-batch
         L.buffer.returns.view(-1, L.buffer.N)[row] = float("nan")
-        with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 6$"):
+        with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 4$"):
             L.algo.update(L.buffer, L.batch_generator)
         if mode == "on":
             assert L.algo.fused.compiled_steps is not None  # the unrolled graph ran
         steps = [float(st["step"]) for opt in (L.algo.actor_opt, L.algo.critic_opt) for st in opt.state.values()]
-        assert steps and all(s == 21 for s in steps), steps  # the clean update's 16 and this one's first 5
+        assert steps and all(s == 11 for s in steps), steps  # the clean update's 8 and this one's first 3
         ends[mode] = {**L.actor.state_dict(), **{"critic." + k: v for k, v in L.critic.state_dict().items()},
                       **{f"moment{i}": st["exp_avg"] for i, st in enumerate(L.algo.actor_opt.state.values())}}
         exp.logger.close()
@@ -551,13 +568,6 @@ def test_compiled_step_leaves_a_parameter_the_loss_does_not_reach_as_torch_optim
     assert unused not in L.algo.actor_opt.state and torch.equal(unused.detach(), torch.ones(3))
     assert all(float(L.algo.actor_opt.state[p]["step"]) > 0 for p in L.actor.parameters())
     exp.logger.close()
-
-
-@needs_cxx
-def test_compiled_run_resumes_exactly(tmp_path):
-    from test_resume import resume_matches_uninterrupted
-
-    resume_matches_uninterrupted(tmp_path, "staghunt/default", ["model.hidden_sizes=[16,16]", "ppo.compile=on"])
 
 
 @needs_cxx

@@ -164,9 +164,13 @@ def resume_matches_uninterrupted(tmp_path: Path, preset: str, overrides: list[st
                                            "ppo.lr_decay=true", *TINY, *overrides])
     full = tmp_path / "full"
     Experiment(cfg, full, quiet=True).run()  # 4 updates of 4 envs x 10 steps
-    assert checkpoint_updates(full) == [2, 4]
+    resumed_from_update_2_matches(cfg, full, tmp_path / "resumed")
 
-    resumed = tmp_path / "resumed"  # as if the run had stopped right after the checkpoint at update 2
+
+def resumed_from_update_2_matches(cfg, full: Path, resumed: Path) -> None:
+    """Run `full` (4 updates, checkpoints at 2 and 4), resumed from its checkpoint at update 2, ends as it did."""
+    assert checkpoint_updates(full) == [2, 4]
+    # as if the run had stopped right after the checkpoint at update 2
     shutil.copytree(full, resumed)
     (resumed / "checkpoints" / "ckpt_0000004.pt").unlink()
     (resumed / "summary.json").unlink()
