@@ -17,7 +17,7 @@ demo: $(VENV)/.installed
 # one pytest worker per core, at most 4 (each compiles its own graphs: ~1 GB), tests handed out as workers free up
 TEST_WORKERS ?= auto --maxprocesses 4
 test: lint-imports
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20
 
 # the package's layers and no import cycles (pyproject.toml, [tool.importlinter]); about a second
 lint-imports: $(VENV)/.installed

@@ -521,32 +521,33 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
 
 @needs_cxx
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch):
-    """ppo.num_mini_batch=4 with at most 2 steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4 in a run: 2 here, half
-    the graph to compile): an epoch's 4 mini-batch steps are two compiled graphs of 2. A NaN in the 4th (the 2nd
-    graph's 2nd) must leave the weights and Adam's state as the 3rd step made them, as the eager loop does (it
-    raises before the 4th step), and name the 4th."""
+    """ppo.num_mini_batch=6 with at most 3 steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4 in a run: 3 here, a
+    smaller graph to compile): an epoch's 6 mini-batch steps are two compiled graphs of 3. A NaN in the 4th (the 2nd
+    graph's 1st) must leave the weights and Adam's state as the 3rd step made them, as the eager loop does (it
+    raises before the 4th step): the 5th and 6th steps of that graph move nothing, and the error names the 4th."""
     from hypermappo.algos import mappo
 
-    monkeypatch.setattr(mappo, "STEPS_PER_GRAPH", 2)
+    monkeypatch.setattr(mappo, "STEPS_PER_GRAPH", 3)
     ends = {}
     for mode in ("off", "on"):
-        exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=80", "ppo.ppo_epoch=2",
-                                                     "ppo.num_mini_batch=4"]), tmp_path / mode, quiet=True)
+        exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={mode}", "rollout_length=15", "total_env_steps=120",
+                                                     "ppo.ppo_epoch=2", "ppo.num_mini_batch=6"]), tmp_path / mode,
+                         quiet=True)
         L = exp.primary
         exp._start_episodes()
         exp.collect()
-        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 8 steps
+        L.algo.update(L.buffer, L.batch_generator)  # a clean update first: 12 steps
         exp.collect()
         ahead = torch.Generator()
         ahead.set_state(L.batch_generator.get_state())
-        row = L.buffer.minibatch_indices(4, ahead)[3][0]  # a row of the next update's 4th mini-batch
+        row = L.buffer.minibatch_indices(6, ahead)[3][0]  # a row of the next update's 4th mini-batch
         L.buffer.returns.view(-1, L.buffer.N)[row] = float("nan")
         with pytest.raises(NonFiniteError, match=r"non-finite value_loss \(nan\) in PPO epoch 1, mini-batch 4$"):
             L.algo.update(L.buffer, L.batch_generator)
         if mode == "on":
             assert L.algo.fused.compiled_steps is not None  # the unrolled graph ran
         steps = [float(st["step"]) for opt in (L.algo.actor_opt, L.algo.critic_opt) for st in opt.state.values()]
-        assert steps and all(s == 11 for s in steps), steps  # the clean update's 8 and this one's first 3
+        assert steps and all(s == 15 for s in steps), steps  # the clean update's 12 and this one's first 3
         ends[mode] = {**L.actor.state_dict(), **{"critic." + k: v for k, v in L.critic.state_dict().items()},
                       **{f"moment{i}": st["exp_avg"] for i, st in enumerate(L.algo.actor_opt.state.values())}}
         exp.logger.close()

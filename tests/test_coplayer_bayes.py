@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from test_resume import TINY, assert_same, metrics_without_timing, resume_matches_uninterrupted
 
 from hypermappo import config as config_mod
@@ -384,3 +385,43 @@ def test_hindsight_labels_weigh_hindsight_weight(tmp_path):
         assert cp.replay_fill > 0 and not cp.replay["known"][:cp.replay_fill].any(), "hindsight labels only"
         after.append(all(torch.equal(before[k], v) for k, v in cp.model.state_dict().items()))
     assert after == [True, False]
+
+
+def test_the_online_correction_is_one_normalised_logistic_regression_step_per_observed_move():
+    """With coplayer.online_lr = lr, each observed move of co-player j adds lr * h / (|h|^2 + 1) (onehot(a) - p) to
+    its correction W [H, A] (h: the goal network's last hidden layer, p: the predicted move distribution), which
+    then shifts every goal's logits by h W; W is reset with the partner, and at each episode's end with memory off."""
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    torch.manual_seed(0)
+    model = GoalPolicy(obs_dim=6, n_slots=2, n_actions=3, n_goals=3, hidden=8, floor=0.0)
+    lr = 0.5
+    b = GoalBelief(model, torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True, online_lr=lr)
+    b.start(2, "cpu")
+    obs = torch.randn(2, 1, 6)
+    with torch.no_grad():
+        _, log_pred = b.begin(obs)
+        feats = []
+        plain = model.all_coplayers(obs, b.prev, b.slots, feats)
+    h = feats[0][:, 0, 1]  # [E, H]: co-player slot 1 seen by learner slot 0
+    assert torch.allclose(b.log_pi[..., :-1, :], plain[..., :-1, :]), "W = 0: the policies as the network gives them"
+    p = log_pred[:, 0, 1].exp()  # [E, A]
+    b.observe(torch.tensor([[0, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
+    for e, a in ((0, 2), (1, 1)):
+        want = lr * h[e].unsqueeze(-1) / (h[e].square().sum() + 1.0) * (F.one_hot(torch.tensor(a), 3) - p[e])
+        torch.testing.assert_close(b.W[e, 0, 1], want)
+    assert torch.equal(b.W[:, 0, 0], torch.zeros(2, 8, 3)), "the learner's own slot learns nothing"
+    with torch.no_grad():
+        b.begin(obs)
+        feats = []
+        plain = model.all_coplayers(obs, b.prev, b.slots, feats)
+    shift = torch.einsum("eh,eha->ea", feats[0][:, 0, 1], b.W[:, 0, 1])  # every goal's logits move by h W
+    torch.testing.assert_close(b.log_pi[:, 0, 1, :-1], (plain[:, 0, 1, :-1] + shift.unsqueeze(1)).log_softmax(-1))
+    b.reset(torch.tensor([True, False]))
+    assert b.W[0].abs().sum() == 0 and b.W[1].abs().sum() > 0, "a new partner starts uncorrected; the other env keeps W"
+    off = GoalBelief(model, torch.tensor([0]), 2, alpha=0.0, hazard=0.0, persistent=False, online_lr=lr)
+    off.start(1, "cpu")
+    with torch.no_grad():
+        off.begin(obs[:1])
+    off.observe(torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool), torch.tensor([True]))
+    assert off.W.abs().sum() == 0, "memory off: the correction does not cross the episode's end"

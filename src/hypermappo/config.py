@@ -230,6 +230,11 @@ class CoplayerConfig:
     event_reset: float = opt(0.0, "bayes: how far a co-player's belief moves back to the episode's prior when it "
                                   "completes a goal (env goal_event: a capture, a coin picked): 1 = it picks its next "
                                   "goal afresh, 0 = only the per-step hazard", min=0.0, max=1.0)
+    online_lr: float = opt(1.0, "bayes: learning rate of a per-partner online correction of the goal policies' "
+                                "moves (logistic regression on the goal network's last hidden layer, learnt from the "
+                                "partner's public moves, normalised by the features' squared norm, kept and reset with the "
+                                "belief's memory); 0 = off",
+                           min=0.0)
     floor: float = opt(0.05, "bayes: weight of a uniform policy mixed into every goal's policy (no observed move "
                              "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
     observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "
@@ -646,7 +651,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         bayes, gru = cp.model == "bayes", f"it is read by coplayer.model=gru, got coplayer.model={cp.model!r}"
         for name in ("goal_weight", "subgoal_weight", "epochs"):
             check(f"coplayer.{name}", not bayes, gru)
-        for name in ("prior_weight", "hazard", "event_reset", "floor", "observe_actions", "view", "self_model",
+        for name in ("prior_weight", "hazard", "event_reset", "online_lr", "floor", "observe_actions", "view", "self_model",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",

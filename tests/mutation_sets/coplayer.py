@@ -168,4 +168,17 @@ def mutations(M):
           ("tests/test_adaptation.py::test_bayes_belief_carries_across_episodes_only_with_memory_and_the_baselines_"
            "are_scored",),
           "the oracle's goal accuracy compares its predicted move, not its goal, with the goal label"),
+        M("bayes_online_step_not_normalised", bayes,
+          "            step = self.online_lr * self.h / (self.h.square().sum(-1, keepdim=True) + 1.0)  # [E, K, N, H]",
+          "            step = self.online_lr * self.h  # [E, K, N, H]",
+          (B + "test_the_online_correction_is_one_normalised_logistic_regression_step_per_observed_move",),
+          "the online correction's step scales with the features' size"),
+        M("bayes_online_correction_kept_on_partner_switch", bayes,
+          "            self.W = torch.where(m.unsqueeze(-1), 0.0, self.W)", "            pass",
+          (B + "test_the_online_correction_is_one_normalised_logistic_regression_step_per_observed_move",),
+          "a new partner inherits the correction learnt on the last one"),
+        M("bayes_online_correction_not_applied", bayes,
+          "            log_pi = (log_pi + corr.unsqueeze(-2)).log_softmax(-1)", "            pass",
+          (B + "test_the_online_correction_is_one_normalised_logistic_regression_step_per_observed_move",),
+          "the correction is learnt but never changes a prediction"),
     ]

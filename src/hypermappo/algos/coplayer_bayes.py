@@ -75,11 +75,16 @@ class GoalBelief:
     learner that mostly stays) is then predicted as well as counting its moves does, instead of uniformly."""
 
     def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
-                 persistent: bool, observe_actions: bool = True, event_reset: float = 0.0):
+                 persistent: bool, observe_actions: bool = True, event_reset: float = 0.0, online_lr: float = 0.0):
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
+        # the per-partner online correction of the goal policies' moves (off at 0): logits + h W, W [E, K, N, H, A]
+        # learnt by online multinomial logistic regression on the partner's public moves, h the goal network's last
+        # hidden layer; kept and reset with the belief's memory
+        self.online_lr = online_lr if isinstance(model, torch.nn.Module) else 0.0
+        self.W = self.h = self.pred = None
         self.others = one_hot_mask(slots, n_slots)  # [K, N]
         self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
 
@@ -91,6 +96,9 @@ class GoalBelief:
         self.prev = torch.full((E, self.N), self.A, dtype=torch.long, device=device)
         self.episode_index = torch.zeros(E, dtype=torch.long, device=device)  # episodes against this partner, 0-based
         self.counts = torch.zeros(E, K, self.N, self.A, device=device)  # each co-player's moves seen (the "other" goal)
+        if self.online_lr > 0:
+            H = self.model.body[-1].in_features
+            self.W = torch.zeros(E, K, self.N, H, self.A, device=device)
 
     def reset(self, envs: torch.Tensor) -> None:
         """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
@@ -101,14 +109,24 @@ class GoalBelief:
         self.prev = torch.where(envs.unsqueeze(-1), self.A, self.prev)
         self.episode_index = torch.where(envs, 0, self.episode_index)
         self.counts = torch.where(m, 0.0, self.counts)
+        if self.W is not None:
+            self.W = torch.where(m.unsqueeze(-1), 0.0, self.W)
 
     def begin(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], log predicted action [E, K, N, A])."""
         prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
-        log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+        if self.W is None:
+            log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+        else:
+            feats = []
+            log_pi = self.model.all_coplayers(obs, prev, self.slots, feats)
+            self.h = feats[0].detach()  # [E, K, N, H]
+            corr = torch.einsum("eknh,eknha->ekna", self.h, self.W)
+            log_pi = (log_pi + corr.unsqueeze(-2)).log_softmax(-1)
         habit = ((self.counts + 1.0) / (self.counts.sum(-1, keepdim=True) + self.A)).log()  # [E, K, N, A]
         self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
         log_pred = predictive(self.log_b, self.log_pi)
+        self.pred = log_pred.exp()
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
         features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
         return features, log_pred
@@ -127,7 +145,13 @@ class GoalBelief:
             done_goal = (event >= 0).view(event.shape[0], 1, self.N, 1)  # [E, 1, N, 1]
             post = torch.where(done_goal, switch(post, self.prior, self.event_reset), post)
         self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)
-        self.counts = self.counts + F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1) * seen.unsqueeze(-1)
+        moved = F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1)  # [E, 1, N, A]
+        self.counts = self.counts + moved * seen.unsqueeze(-1)
+        if self.W is not None:  # one step of online logistic regression: d log p(a) / d logits ~ onehot(a) - p,
+            # normalised by |h|^2 (normalised LMS: the step does not depend on the features' scale)
+            err = (moved - self.pred) * seen.unsqueeze(-1)  # [E, K, N, A]
+            step = self.online_lr * self.h / (self.h.square().sum(-1, keepdim=True) + 1.0)  # [E, K, N, H]
+            self.W = self.W + step.unsqueeze(-1) * err.unsqueeze(-2)
         self.prev = torch.where(active, actions, self.prev)
         if self.persistent:
             nxt_prior = carry(self.prior, self.log_b, self.alpha)
@@ -137,19 +161,24 @@ class GoalBelief:
         self.prior = torch.where(end, nxt_prior, self.prior)
         if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
             self.counts = torch.where(end, 0.0, self.counts)
+            if self.W is not None:
+                self.W = torch.where(end.unsqueeze(-1), 0.0, self.W)
         self.log_b = torch.where(end, self.prior.log(), self.log_b)
         self.prev = torch.where(episode_end.unsqueeze(-1), self.A, self.prev)
         self.episode_index = self.episode_index + episode_end.long()
 
     def state_dict(self) -> dict:
         return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index,
-                "counts": self.counts}
+                "counts": self.counts, **({"W": self.W} if self.W is not None else {})}
 
     def load_state_dict(self, sd: dict) -> None:
         self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
                                                                  sd["episode_index"])
         self.counts = sd["counts"] if "counts" in sd else torch.zeros(*self.log_b.shape[:3], self.A,
                                                                        device=self.log_b.device)
+        if self.online_lr > 0:
+            self.W = sd["W"] if "W" in sd else torch.zeros(*self.log_b.shape[:3], self.model.body[-1].in_features,
+                                                            self.A, device=self.log_b.device)
 
 
 def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,7 +218,7 @@ class BayesCoplayer:
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
         self.learner_slot[self.slots] = True
         self.belief = GoalBelief(self.model, self.slots, N, c.prior_weight, c.hazard, c.memory != "episode",
-                                 c.observe_actions, c.event_reset)
+                                 c.observe_actions, c.event_reset, c.online_lr)
         z = dict(device=device)
         # the rollout: every slot's observation (training inputs of each observer), actions, previous actions
         self.obs_all = torch.zeros(T, E, N, D, **z)
@@ -417,7 +446,7 @@ class BayesBeliefActor(torch.nn.Module):
             c = self.cfg.coplayer
             self.belief = GoalBelief(self.model, torch.tensor(self.slots, device=obs.device), self.model.n_slots,
                                      c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions,
-                                     c.event_reset)
+                                     c.event_reset, c.online_lr)
             self.belief.start(E, obs.device)
             self.active_all = None
         if self.active_all is None:

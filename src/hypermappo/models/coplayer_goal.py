@@ -74,8 +74,11 @@ class GoalPolicy(nn.Module):
         self.prev_in = nn.Embedding(n_actions + 1, hidden)  # its previous action; index A = none seen yet
         self.body = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_goals * n_actions))
 
-    def _log_probs(self, first: torch.Tensor) -> torch.Tensor:
-        logits = self.body(first).unflatten(-1, (self.n_goals, self.n_actions))
+    def _log_probs(self, first: torch.Tensor, features: list | None = None) -> torch.Tensor:
+        hidden = self.body[:-1](first)
+        if features is not None:  # the last hidden layer, for a caller's own read-out (GoalBelief's online correction)
+            features.append(hidden)
+        logits = self.body[-1](hidden).unflatten(-1, (self.n_goals, self.n_actions))
         logp = logits.log_softmax(-1)
         if self.floor <= 0:
             return logp
@@ -91,10 +94,12 @@ class GoalPolicy(nn.Module):
         first = self.obs_in(self.norm(obs * self.keep)) + self.target_in(target) + self.prev_in(prev)
         return self._log_probs(first)
 
-    def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,
+                      features: list | None = None) -> torch.Tensor:
         """obs [E, K, D] (the learner agents' own, in env slots `slots` [K]), prev [E, N] (every slot's previous
         action, A: none) -> log pi [E, K, N, G, A] for every slot n as a co-player (computed for the co-players
-        only; a learner's own slot holds the uniform policy, which nothing reads)."""
+        only; a learner's own slot holds the uniform policy, which nothing reads). With a list `features`, the last
+        hidden layer per slot [E, K, N, H] is appended to it (zero at a learner's own slot)."""
         e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
         rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
         seat = (slots.unsqueeze(-1) + rel) % n  # [K, N - 1] their env slots
@@ -103,8 +108,12 @@ class GoalPolicy(nn.Module):
         else:  # one per (learner agent, co-player): each co-player's own view
             seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), rel.expand(e, k, n - 1))
             o = self.obs_in(self.norm(seen * self.keep))  # [E, K, N - 1, H]
-        logp = self._log_probs(o + self.target_in(rel) + self.prev_in(prev[:, seat]))  # [E, K, N - 1, G, A]
+        hidden = [] if features is not None else None
+        logp = self._log_probs(o + self.target_in(rel) + self.prev_in(prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
         out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
+        if features is not None:
+            h = hidden[0]  # [E, K, N - 1, H]
+            features.append(h.new_zeros(e, k, n, h.shape[-1]).scatter(2, seat.view(1, k, n - 1, 1).expand_as(h), h))
         return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
 
 
