@@ -110,7 +110,7 @@ class GoalBelief:
         self.episode_index = torch.where(envs, 0, self.episode_index)
         self.counts = torch.where(m, 0.0, self.counts)
         if self.W is not None:
-            self.W = torch.where(m.unsqueeze(-1), 0.0, self.W)
+            self.W.masked_fill_(m.unsqueeze(-1), 0.0)  # in place: W is the belief's largest state
 
     def begin(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], log predicted action [E, K, N, A])."""
@@ -151,7 +151,7 @@ class GoalBelief:
             # normalised by |h|^2 (normalised LMS: the step does not depend on the features' scale)
             err = (moved - self.pred) * seen.unsqueeze(-1)  # [E, K, N, A]
             step = self.online_lr * self.h / (self.h.square().sum(-1, keepdim=True) + 1.0)  # [E, K, N, H]
-            self.W = self.W + step.unsqueeze(-1) * err.unsqueeze(-2)
+            self.W.add_(step.unsqueeze(-1) * err.unsqueeze(-2))
         self.prev = torch.where(active, actions, self.prev)
         if self.persistent:
             nxt_prior = carry(self.prior, self.log_b, self.alpha)
@@ -162,14 +162,14 @@ class GoalBelief:
         if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
             self.counts = torch.where(end, 0.0, self.counts)
             if self.W is not None:
-                self.W = torch.where(end.unsqueeze(-1), 0.0, self.W)
+                self.W.masked_fill_(end.view(-1, 1, 1, 1, 1), 0.0)
         self.log_b = torch.where(end, self.prior.log(), self.log_b)
         self.prev = torch.where(episode_end.unsqueeze(-1), self.A, self.prev)
         self.episode_index = self.episode_index + episode_end.long()
 
     def state_dict(self) -> dict:
         return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index,
-                "counts": self.counts, **({"W": self.W} if self.W is not None else {})}
+                "counts": self.counts, **({"W": self.W.clone()} if self.W is not None else {})}
 
     def load_state_dict(self, sd: dict) -> None:
         self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
@@ -177,7 +177,7 @@ class GoalBelief:
         self.counts = sd["counts"] if "counts" in sd else torch.zeros(*self.log_b.shape[:3], self.A,
                                                                        device=self.log_b.device)
         if self.online_lr > 0:
-            self.W = sd["W"] if "W" in sd else torch.zeros(*self.log_b.shape[:3], self.model.body[-1].in_features,
+            self.W = sd["W"].clone() if "W" in sd else torch.zeros(*self.log_b.shape[:3], self.model.body[-1].in_features,
                                                             self.A, device=self.log_b.device)
 
 
