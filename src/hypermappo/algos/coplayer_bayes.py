@@ -126,7 +126,8 @@ class GoalBelief:
         habit = ((self.counts + 1.0) / (self.counts.sum(-1, keepdim=True) + self.A)).log()  # [E, K, N, A]
         self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
         log_pred = predictive(self.log_b, self.log_pi)
-        self.pred = log_pred.exp()
+        if self.W is not None:  # the online correction's error term needs the predicted distribution
+            self.pred = log_pred.exp()
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
         features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
         return features, log_pred
