@@ -388,9 +388,9 @@ def test_hindsight_labels_weigh_hindsight_weight(tmp_path):
 
 
 def test_the_online_correction_is_one_normalised_logistic_regression_step_per_observed_move():
-    """With coplayer.online_lr = lr, each observed move of co-player j adds lr * h / (|h|^2 + 1) (onehot(a) - p) to
-    its correction W [H, A] (h: the goal network's last hidden layer, p: the predicted move distribution), which
-    then shifts every goal's logits by h W; W is reset with the partner, and at each episode's end with memory off."""
+    """With coplayer.online_lr = lr, each observed move of co-player j adds lr * (onehot(a) - p) h / (|h|^2 + 1) to
+    its correction W [A, H] (h: the goal network's last hidden layer, p: the predicted move distribution), which
+    then shifts every goal's logits by W h; W is reset with the partner, and at each episode's end with memory off."""
     from hypermappo.models.coplayer_goal import GoalPolicy
 
     torch.manual_seed(0)
@@ -398,24 +398,27 @@ def test_the_online_correction_is_one_normalised_logistic_regression_step_per_ob
     lr = 0.5
     b = GoalBelief(model, torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True, online_lr=lr)
     b.start(2, "cpu")
+    assert b.W.shape == (2, 1, 1, 3, 8), "one correction per (env, learner agent, co-player): the own slot has none"
     obs = torch.randn(2, 1, 6)
+
+    def hidden_of_coplayer():  # the goal network's last hidden layer for co-player slot 1 seen by learner slot 0
+        seen = []
+        plain = model.all_coplayers(obs, b.prev, b.slots, lambda lp, h: seen.append(h) or lp)
+        return plain, seen[0][:, 0, 0]  # [E, H]
+
     with torch.no_grad():
         _, log_pred = b.begin(obs)
-        feats = []
-        plain = model.all_coplayers(obs, b.prev, b.slots, feats)
-    h = feats[0][:, 0, 1]  # [E, H]: co-player slot 1 seen by learner slot 0
+        plain, h = hidden_of_coplayer()
     assert torch.allclose(b.log_pi[..., :-1, :], plain[..., :-1, :]), "W = 0: the policies as the network gives them"
     p = log_pred[:, 0, 1].exp()  # [E, A]
     b.observe(torch.tensor([[0, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
     for e, a in ((0, 2), (1, 1)):
-        want = lr * h[e].unsqueeze(-1) / (h[e].square().sum() + 1.0) * (F.one_hot(torch.tensor(a), 3) - p[e])
-        torch.testing.assert_close(b.W[e, 0, 1], want)
-    assert torch.equal(b.W[:, 0, 0], torch.zeros(2, 8, 3)), "the learner's own slot learns nothing"
+        want = lr * (F.one_hot(torch.tensor(a), 3) - p[e]).unsqueeze(-1) * h[e] / (h[e].square().sum() + 1.0)
+        torch.testing.assert_close(b.W[e, 0, 0], want)
     with torch.no_grad():
         b.begin(obs)
-        feats = []
-        plain = model.all_coplayers(obs, b.prev, b.slots, feats)
-    shift = torch.einsum("eh,eha->ea", feats[0][:, 0, 1], b.W[:, 0, 1])  # every goal's logits move by h W
+        plain, h = hidden_of_coplayer()
+    shift = torch.einsum("eh,eah->ea", h, b.W[:, 0, 0])  # every goal's logits move by W h
     torch.testing.assert_close(b.log_pi[:, 0, 1, :-1], (plain[:, 0, 1, :-1] + shift.unsqueeze(1)).log_softmax(-1))
     b.reset(torch.tensor([True, False]))
     assert b.W[0].abs().sum() == 0 and b.W[1].abs().sum() > 0, "a new partner starts uncorrected; the other env keeps W"
@@ -425,3 +428,20 @@ def test_the_online_correction_is_one_normalised_logistic_regression_step_per_ob
         off.begin(obs[:1])
     off.observe(torch.tensor([[0, 2]]), torch.ones(1, 2, dtype=torch.bool), torch.tensor([True]))
     assert off.W.abs().sum() == 0, "memory off: the correction does not cross the episode's end"
+
+
+def test_a_non_finite_coplayer_step_is_reported_with_its_step(tmp_path):
+    """The co-player model's Adam steps are checked once per update: a non-finite loss raises NonFiniteError naming
+    the first bad step (a NaN planted in the network makes it the first)."""
+    from hypermappo.errors import NonFiniteError
+
+    exp = Experiment(_cfg([*BAYES, "diagnostics.audit_updates=0"], steps=160), tmp_path, quiet=True)
+    exp._start_episodes()
+    exp.collect()
+    cp = exp.groups[0].learner.coplayer
+    cp.update()  # finite: no error
+    with torch.no_grad():
+        cp.model.body[-1].bias.fill_(float("nan"))
+    exp.collect()
+    with pytest.raises(NonFiniteError, match="co-player step 1$"):
+        cp.update()

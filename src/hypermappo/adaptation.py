@@ -234,7 +234,7 @@ class LearnerSide:
         obs = s.obs[:, self.slots]  # [E, K, D]
         actor_obs = obs
         if self.belief is not None:
-            features, self.log_pred = self.belief.begin(obs)  # [E, K, N * (G + A)], [E, K, N, A]
+            features, self.log_pred = self.belief.begin(obs, features=self.fed)  # [E, K, N * (G + A)], [E, K, N, A]
             if self.fed:
                 actor_obs = torch.cat([obs, features], -1)
         elif self.model is not None:

@@ -25,14 +25,22 @@ belief vs the label, from step 5 on), Brier score and expected calibration error
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
 from hypermappo.errors import NonFiniteError, UserError
-from hypermappo.models.coplayer_goal import GoalPolicy, bayes_update, carry, goal_labels, one_hot_mask, predictive, switch
+from hypermappo.kernels import online_correction
+from hypermappo.models.coplayer_goal import (
+    GoalPolicy,
+    bayes_update,
+    carry,
+    coplayer_seats,
+    goal_labels,
+    one_hot_mask,
+    predictive,
+    switch,
+)
 
 REPLAY_SEED_OFFSET = 7_919  # the replay sampler's generator: run seed + this (+ the learner's offset)
 GOAL_NOT_GIVEN = -2  # scripted_goal: nothing written for this slot (policies/population.py)
@@ -80,12 +88,15 @@ class GoalBelief:
         self.G, self.A = model.n_goals, model.n_actions
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
-        # the per-partner online correction of the goal policies' moves (off at 0): logits + h W, W [E, K, N, H, A]
+        # the per-partner online correction of the goal policies' moves (off at 0): logits + W h, W [E, K, N - 1, A, H]
+        # (co-player seats only, `coplayer_seats` order; [A, H] so that its update is one contiguous multiply-add)
         # learnt by online multinomial logistic regression on the partner's public moves, h the goal network's last
         # hidden layer; kept and reset with the belief's memory
         self.online_lr = online_lr if isinstance(model, torch.nn.Module) else 0.0
         self.W = self.h = self.pred = None
         self.others = one_hot_mask(slots, n_slots)  # [K, N]
+        self.seat = coplayer_seats(slots, n_slots)  # [K, N - 1]
+        self.seat_k = torch.arange(slots.numel(), device=slots.device).unsqueeze(-1)  # [K, 1]: indexes [.., K, N - 1]
         self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
 
     def start(self, E: int, device) -> None:
@@ -97,8 +108,7 @@ class GoalBelief:
         self.episode_index = torch.zeros(E, dtype=torch.long, device=device)  # episodes against this partner, 0-based
         self.counts = torch.zeros(E, K, self.N, self.A, device=device)  # each co-player's moves seen (the "other" goal)
         if self.online_lr > 0:
-            H = self.model.body[-1].in_features
-            self.W = torch.zeros(E, K, self.N, H, self.A, device=device)
+            self.W = torch.zeros(E, K, self.N - 1, self.A, self.model.body[-1].in_features, device=device)
 
     def reset(self, envs: torch.Tensor) -> None:
         """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
@@ -112,25 +122,30 @@ class GoalBelief:
         if self.W is not None:
             self.W.masked_fill_(m.unsqueeze(-1), 0.0)  # in place: W is the belief's largest state
 
-    def begin(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], log predicted action [E, K, N, A])."""
+    def begin(self, obs: torch.Tensor, features: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], None unless `features`; log predicted
+        action [E, K, N, A])."""
         prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
         if self.W is None:
             log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
         else:
-            feats = []
-            log_pi = self.model.all_coplayers(obs, prev, self.slots, feats)
-            self.h = feats[0].detach()  # [E, K, N, H]
-            corr = torch.einsum("eknh,eknha->ekna", self.h, self.W)
-            log_pi = (log_pi + corr.unsqueeze(-2)).log_softmax(-1)
+            log_pi = self.model.all_coplayers(obs, prev, self.slots, self._correct)
         habit = ((self.counts + 1.0) / (self.counts.sum(-1, keepdim=True) + self.A)).log()  # [E, K, N, A]
         self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
         log_pred = predictive(self.log_b, self.log_pi)
         if self.W is not None:  # the online correction's error term needs the predicted distribution
-            self.pred = log_pred.exp()
+            self.pred = log_pred[:, self.seat_k, self.seat].exp()  # [E, K, N - 1, A]
+        if not features:  # an actor that does not read the belief: only the prediction is scored
+            return None, log_pred
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
-        features = torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
-        return features, log_pred
+        return torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1), log_pred
+
+    def _correct(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The online correction of the co-players' goal policies: log pi [E, K, N - 1, G, A] + W h, renormalised
+        (hidden h [E, K, N - 1, H] kept for the update in `observe`)."""
+        self.h = hidden.detach()
+        corr = online_correction.apply(self.W, self.h)  # [E, K, N - 1, A]
+        return (log_pi + corr.unsqueeze(-2)).log_softmax(-1)
 
     def observe(self, actions: torch.Tensor, active: torch.Tensor, episode_end: torch.Tensor,
                 event: torch.Tensor | None = None) -> None:
@@ -150,9 +165,10 @@ class GoalBelief:
         self.counts = self.counts + moved * seen.unsqueeze(-1)
         if self.W is not None:  # one step of online logistic regression: d log p(a) / d logits ~ onehot(a) - p,
             # normalised by |h|^2 (normalised LMS: the step does not depend on the features' scale)
-            err = (moved - self.pred) * seen.unsqueeze(-1)  # [E, K, N, A]
-            step = self.online_lr * self.h / (self.h.square().sum(-1, keepdim=True) + 1.0)  # [E, K, N, H]
-            self.W.add_(step.unsqueeze(-1) * err.unsqueeze(-2))
+            seen_cp = seen[:, self.seat_k, self.seat].unsqueeze(-1)  # [E, K, N - 1, 1]
+            err = (F.one_hot(actions[:, self.seat], self.A).to(self.pred.dtype) - self.pred) * seen_cp
+            # W [.., A, H] += lr err (x) h / (|h|^2 + 1)
+            online_correction.update_(self.W, err.contiguous(), self.h.contiguous(), self.online_lr)
         self.prev = torch.where(active, actions, self.prev)
         if self.persistent:
             nxt_prior = carry(self.prior, self.log_b, self.alpha)
@@ -178,8 +194,13 @@ class GoalBelief:
         self.counts = sd["counts"] if "counts" in sd else torch.zeros(*self.log_b.shape[:3], self.A,
                                                                        device=self.log_b.device)
         if self.online_lr > 0:
-            self.W = sd["W"].clone() if "W" in sd else torch.zeros(*self.log_b.shape[:3], self.model.body[-1].in_features,
-                                                            self.A, device=self.log_b.device)
+            E, K = self.log_b.shape[:2]
+            W = sd.get("W")
+            if W is None:
+                W = torch.zeros(E, K, self.N - 1, self.A, self.model.body[-1].in_features, device=self.log_b.device)
+            elif W.shape[2] == self.N and W.shape[-1] == self.A:  # an older layout: [E, K, N, H, A], every slot
+                W = W[:, self.seat_k, self.seat].transpose(-1, -2)
+            self.W = W.clone()
 
 
 def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,7 +212,7 @@ def calibration(prob: torch.Tensor, label: torch.Tensor, mask: torch.Tensor) -> 
     brier = (((prob - onehot) ** 2).sum(-1) * m).sum() / n
     conf, pred = prob.max(-1)
     correct = (pred == label).to(prob.dtype)
-    bins = (conf * ECE_BINS).long().clamp(max=ECE_BINS - 1)
+    bins = (conf * ECE_BINS).nan_to_num(0.0).long().clamp(0, ECE_BINS - 1)  # a NaN belief: no IndexError
     gap_sum = torch.zeros(ECE_BINS, dtype=prob.dtype, device=prob.device).index_add_(0, bins, (conf - correct) * m)
     return brier, gap_sum.abs().sum() / n
 
@@ -263,7 +284,7 @@ class BayesCoplayer:
                 self.belief.reset((partner != self.partner).any(-1))
             self.partner = partner.clone()
         self.prev[t].copy_(self.belief.prev)
-        features, log_pred = self.belief.begin(obs)
+        features, log_pred = self.belief.begin(obs, features=self.fed)
         self.log_pred[t].copy_(log_pred)
         self.belief_probs[t].copy_(self.belief.log_b.exp())
         self.t_in_episode[t].copy_(self.step_count)
@@ -383,9 +404,12 @@ class BayesCoplayer:
             self._push(fresh)
         if self.trains and self.replay_fill:
             B = min(c.batch_size, self.replay_fill)
+            # every step's mini-batch drawn and gathered at once (the same draws as one call per step)
+            idx = torch.randint(self.replay_fill, (c.steps, B), generator=self.sampler).to(self.replay["target"].device)
+            batches = {k: v[idx] for k, v in self.replay.items()}  # [steps, B, ...]
+            checks = []
             for step in range(c.steps):
-                idx = torch.randint(self.replay_fill, (B,), generator=self.sampler).to(self.replay["target"].device)
-                batch = {k: v[idx] for k, v in self.replay.items()}
+                batch = {k: v[step] for k, v in batches.items()}
                 nll, _ = self._loss(batch)
                 # a goal known from the partner's own rule counts fully, a hindsight guess hindsight_weight
                 w = torch.where(batch["known"], 1.0, c.hindsight_weight)
@@ -398,9 +422,11 @@ class BayesCoplayer:
                     self.after_backward()
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                       self.cfg.ppo.max_grad_norm or float("inf"), foreach=True)
-                if not math.isfinite(float(loss.detach() + norm)):
-                    raise NonFiniteError(f"non-finite co-player action loss in co-player step {step + 1}")
+                checks.append(loss.detach() + norm)
                 self.opt.step()
+            bad = (~torch.isfinite(torch.stack(checks))).nonzero()  # one host sync per update, not per step
+            if bad.numel():
+                raise NonFiniteError(f"non-finite co-player action loss in co-player step {int(bad[0, 0]) + 1}")
         return {k: float(v) for k, v in metrics.items()}
 
     # ------------------------------------------------------------------ state

@@ -95,26 +95,32 @@ class GoalPolicy(nn.Module):
         return self._log_probs(first)
 
     def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,
-                      features: list | None = None) -> torch.Tensor:
+                      adjust=None) -> torch.Tensor:
         """obs [E, K, D] (the learner agents' own, in env slots `slots` [K]), prev [E, N] (every slot's previous
         action, A: none) -> log pi [E, K, N, G, A] for every slot n as a co-player (computed for the co-players
-        only; a learner's own slot holds the uniform policy, which nothing reads). With a list `features`, the last
-        hidden layer per slot [E, K, N, H] is appended to it (zero at a learner's own slot)."""
+        only; a learner's own slot holds the uniform policy, which nothing reads). `adjust(log_pi, hidden)`, if
+        given, rewrites the co-players' log pi [E, K, N - 1, G, A] (in `coplayer_seats` order) from the last hidden
+        layer [E, K, N - 1, H] before they are placed (GoalBelief's online correction), at no cost for the
+        learner's own slots."""
         e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
         rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
-        seat = (slots.unsqueeze(-1) + rel) % n  # [K, N - 1] their env slots
+        seat = coplayer_seats(slots, n)  # [K, N - 1] their env slots
         if self.view is None:  # one product per learner agent
             o = self.obs_in(self.norm(obs * self.keep)).unsqueeze(2)  # [E, K, 1, H]
         else:  # one per (learner agent, co-player): each co-player's own view
             seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), rel.expand(e, k, n - 1))
             o = self.obs_in(self.norm(seen * self.keep))  # [E, K, N - 1, H]
-        hidden = [] if features is not None else None
+        hidden = [] if adjust is not None else None
         logp = self._log_probs(o + self.target_in(rel) + self.prev_in(prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
+        if adjust is not None:
+            logp = adjust(logp, hidden[0])
         out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
-        if features is not None:
-            h = hidden[0]  # [E, K, N - 1, H]
-            features.append(h.new_zeros(e, k, n, h.shape[-1]).scatter(2, seat.view(1, k, n - 1, 1).expand_as(h), h))
         return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
+
+
+def coplayer_seats(slots: torch.Tensor, n: int) -> torch.Tensor:
+    """[K, N - 1]: the env slots of learner agent k's co-players, in order of their offset from it ((j - k) mod N)."""
+    return (slots.unsqueeze(-1) + torch.arange(1, n, device=slots.device)) % n
 
 
 def goal_labels(n_named: int) -> int:
