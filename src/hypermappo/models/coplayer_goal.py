@@ -86,13 +86,24 @@ class GoalPolicy(nn.Module):
         return torch.logaddexp(logp + torch.log1p(torch.tensor(-self.floor)),
                                torch.full_like(logp, float(torch.log(torch.tensor(self.floor / self.n_actions)))))
 
+    def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+        """obs_in(norm(obs)) + target_in(target) + prev_in(prev): [..., H]. The two embeddings and obs_in's bias are
+        one small table [N * (A + 1), H] read once per row, added by the product itself where obs has a row per
+        (target, prev) (one pass over the [rows, H] activations instead of four)."""
+        H = self.obs_in.out_features
+        table = (self.target_in.weight[:, None] + self.prev_in.weight[None] + self.obs_in.bias).reshape(-1, H)
+        rows = F.embedding(target * (self.n_actions + 1) + prev, table)  # [..., H]
+        x = self.norm(obs * self.keep)
+        if x.shape[:-1] != rows.shape[:-1]:  # one observation per observer, broadcast over its co-players
+            return F.linear(x, self.obs_in.weight) + rows
+        return torch.addmm(rows.reshape(-1, H), x.reshape(-1, x.shape[-1]), self.obs_in.weight.t()).view(rows.shape)
+
     def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
         -> log pi [B, G, A]."""
         if self.view is not None:
             obs = self.view(obs, target)
-        first = self.obs_in(self.norm(obs * self.keep)) + self.target_in(target) + self.prev_in(prev)
-        return self._log_probs(first)
+        return self._log_probs(self._first_layer(obs, target, prev))
 
     def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,
                       adjust=None) -> torch.Tensor:
@@ -105,13 +116,13 @@ class GoalPolicy(nn.Module):
         e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
         rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
         seat = coplayer_seats(slots, n)  # [K, N - 1] their env slots
+        target = rel.expand(e, k, n - 1)
         if self.view is None:  # one product per learner agent
-            o = self.obs_in(self.norm(obs * self.keep)).unsqueeze(2)  # [E, K, 1, H]
+            seen = obs.unsqueeze(2)  # [E, K, 1, D]
         else:  # one per (learner agent, co-player): each co-player's own view
-            seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), rel.expand(e, k, n - 1))
-            o = self.obs_in(self.norm(seen * self.keep))  # [E, K, N - 1, H]
+            seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), target)  # [E, K, N - 1, D]
         hidden = [] if adjust is not None else None
-        logp = self._log_probs(o + self.target_in(rel) + self.prev_in(prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
+        logp = self._log_probs(self._first_layer(seen, target, prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
         if adjust is not None:
             logp = adjust(logp, hidden[0])
         out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
