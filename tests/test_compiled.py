@@ -33,6 +33,15 @@ from hypermappo.kernels import act_norm
 from hypermappo.storage.rollout import shuffled_minibatches
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
+# Graph-set variants that each compile their own Inductor graphs from C++ (1-6 min apiece on two cores, most of the
+# suite's time): `make test-all` runs them, `make test` (and CI) the default actor's equality, resume, collection
+# graph and graph-break checks only. See docs/development.md, "Test tiers".
+slow = pytest.mark.slow
+
+
+def tiered(names, fast):
+    """pytest params of `names`, those not in `fast` marked slow."""
+    return [n if n in fast else pytest.param(n, marks=slow) for n in names]
 CPU = torch.device("cpu")
 TINY = ["num_envs=4", "rollout_length=10", "model.hidden_sizes=[16,16]", "eval_episodes=4", "log.tensorboard=false",
         "log.progress=false", "diagnostics.every=2", "diagnostics.audit_updates=1"]
@@ -136,7 +145,7 @@ def test_compile_value_is_checked():
 # ------------------------------------------------------------------ no graph breaks on the hot path
 
 
-@pytest.mark.parametrize("actor", list(ACTORS))
+@pytest.mark.parametrize("actor", tiered(ACTORS, {"mlp", "hyper-obs-last"}))
 def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     """What torch.compile captures per collection step and per mini-batch is one graph each (explain traces with
     Dynamo only; nothing is compiled). The Adam step: one graph per optimiser, between the two graph breaks that
@@ -243,7 +252,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 @needs_cxx
-@pytest.mark.parametrize("actor", ["mlp", "hyper-id", "hyper-obs-last", *EQUAL_TOO])
+@pytest.mark.parametrize("actor", tiered(["mlp", "hyper-id", "hyper-obs-last", *EQUAL_TOO], {"mlp"}))
 def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """Same seed, 4 updates of 2 mini-batches: the sampled episodes, every logged loss and statistic, the
     evaluation and the final weights agree to float tolerance (fusion reorders float sums)."""
@@ -349,7 +358,7 @@ COLLECT_ACTORS = {"mlp": ["actor=mlp"],
 
 
 @needs_cxx
-@pytest.mark.parametrize("actor", list(COLLECT_ACTORS))
+@pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
     per step, and runs of 8 steps in which no episode ends as one graph call, give the eager run's rollout buffer
@@ -403,6 +412,7 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, actor):
 
 
 @needs_cxx
+@slow
 def test_nonfinite_reward_inside_a_chunk_names_its_own_step(tmp_path, monkeypatch):
     """A NaN reward at episode step 13 (rollout step 13: the 5th step of the chunk of steps 9-16) stops the run with
     the message the one-step-per-call path gives for it."""
@@ -459,7 +469,7 @@ def test_collection_graph_says_why_not(tmp_path, monkeypatch):
         "(the group switches kind during the run (it would stop learning or start acting otherwise))")
 
 
-@pytest.mark.parametrize("mode", ["off", "on"])
+@pytest.mark.parametrize("mode", ["off", pytest.param("on", marks=slow)])
 def test_update_clips_each_network_and_steps_both(tmp_path, mode):
     """The clipping and optimiser step (with ppo.compile, inside the one-graph mini-batch step): pre-clip norms
     reported, both networks' gradients clipped to ppo.max_grad_norm, both networks moved by the step.
@@ -520,6 +530,7 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
 
 
 @needs_cxx
+@slow
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch):
     """ppo.num_mini_batch=6 with at most 3 steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4 in a run: 3 here, a
     smaller graph to compile): an epoch's 6 mini-batch steps are two compiled graphs of 3. A NaN in the 4th (the 2nd
@@ -556,6 +567,7 @@ def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(t
 
 
 @needs_cxx
+@slow
 def test_compiled_step_leaves_a_parameter_the_loss_does_not_reach_as_torch_optim_does(tmp_path):
     """torch.optim skips a parameter without a gradient (no state, no move); the one-graph step must too, not
     treat it as a zero gradient (Adam would then move it by its old momentum and count its steps)."""
@@ -572,6 +584,7 @@ def test_compiled_step_leaves_a_parameter_the_loss_does_not_reach_as_torch_optim
 
 
 @needs_cxx
+@slow
 def test_compiled_run_with_chunked_collection_resumes_exactly(tmp_path):
     """MPE simple_spread compiled: rollouts of 10 steps start at episode steps 0, 10, 20, 5, so updates 1, 2 and 4
     collect 8 of their steps as one chunk; the checkpoint of update 2 (its last step an EnvStep the chunk did not
