@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q -c constraints.txt
 
-.PHONY: demo test test-all test-slow lint lint-imports docs docs-serve clean
+.PHONY: demo test test-fast test-slow lint lint-imports docs docs-serve clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,18 +15,18 @@ demo: $(VENV)/.installed
 	$(PY) -m hypermappo.demo
 
 # one pytest worker per core, at most 4 (each compiles its own graphs: ~1 GB), tests handed out as workers free up.
-# `make test` (CI) leaves out the tests marked slow: compiled-path variants that each compile their own Inductor
-# graph set (minutes apiece); `make test-slow` runs only those, `make test-all` everything.
+# `make test` (CI) runs every test; `make test-fast` leaves out those marked slow (compiled-path variants that each
+# compile their own Inductor graph set, minutes apiece) for quick local iterations, `make test-slow` runs only them.
 TEST_WORKERS ?= auto --maxprocesses 4
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20
 test: lint-imports
+	$(PYTEST)
+
+test-fast: lint-imports
 	$(PYTEST) -m "not slow"
 
 test-slow: $(VENV)/.installed
 	$(PYTEST) -m slow
-
-test-all: lint-imports
-	$(PYTEST)
 
 # the package's layers and no import cycles (pyproject.toml, [tool.importlinter]); about a second
 lint-imports: $(VENV)/.installed

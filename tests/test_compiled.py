@@ -34,8 +34,8 @@ from hypermappo.storage.rollout import shuffled_minibatches
 
 needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
 # Graph-set variants that each compile their own Inductor graphs from C++ (1-6 min apiece on two cores, most of the
-# suite's time): `make test-all` runs them, `make test` (and CI) the default actor's equality, resume, collection
-# graph and graph-break checks only. See docs/development.md, "Test tiers".
+# suite's time): `make test` (and CI) runs them, `make test-fast` leaves them out and keeps the default actor's
+# equality, resume, collection graph and graph-break checks. See docs/guides/workflow.md, "Test tiers".
 slow = pytest.mark.slow
 
 
