@@ -3,7 +3,7 @@ block graphs (FusedMinibatchStep)."""
 
 EQ = "tests/test_micro_batch.py::test_micro_batched_update_equals_the_one_pass_update"
 BLOCKS = "tests/test_micro_batch.py::test_row_blocks_split_evenly_where_they_can_and_cover_every_row_once"
-COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-micro]"
+COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-obs-micro]"
 MB = "src/hypermappo/algos/micro_batch.py"
 MAPPO = "src/hypermappo/algos/mappo.py"
 FUSED = "src/hypermappo/algos/fused_step.py"
@@ -39,6 +39,6 @@ def mutations(M):
         M("guards_skipped_for_a_new_shape", MAPPO,
           "skip_guard_eval_unsafe=(unroll, sizes) in guarded\n",
           "skip_guard_eval_unsafe=n > 0\n",
-          ("tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-uneven-mini-batches]",),
+          ("tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp]",),
           "guards skipped on a mini-batch of a shape not yet seen: the graph of another shape runs on it"),
     ]

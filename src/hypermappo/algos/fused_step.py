@@ -74,6 +74,11 @@ class FusedMinibatchStep:
                 if not opt.state[p]:
                     opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                     "exp_avg_sq": torch.zeros_like(p)}
+        # per group: whether its parameters share one step count (they do unless a checkpoint or warm start gave some
+        # a count of their own; they step together from here on): then the bias corrections are computed once for the
+        # group, not once per parameter, a graph about a seventh smaller to compile
+        self.shared_step = [len({float(opt.state[p]["step"]) for _, p in group_params}) <= 1
+                            for opt, _, group_params in self.plan]
 
     def __call__(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor, blocks: list[slice] | None = None):
         """`blocks`: micro-batch row blocks of the mini-batch (algos/micro_batch.py); None or one block: one graph
@@ -160,19 +165,29 @@ class FusedMinibatchStep:
             # Adam (torch.optim.Adam's update, amsgrad off); nothing moves unless every checked quantity is finite
             for i, (opt, group, group_params) in enumerate(self.plan):
                 beta1, beta2 = group["betas"]
+                shared = None  # (the step count after this step, bias corrections) once for a group whose counts agree
+                if self.shared_step[i] and group_params:
+                    old = opt.state[group_params[0][1]]["step"]
+                    step = old + 1
+                    shared = torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
                 for name, q in group_params:
                     state, g = opt.state[q], clipped[name]
                     if group["weight_decay"]:
                         g = g + group["weight_decay"] * q
-                    step = state["step"] + 1
+                    if shared is not None:
+                        moved_step, root2, rate = shared
+                    else:
+                        step = state["step"] + 1
+                        moved_step = torch.where(move, step, state["step"])
+                        root2, rate = (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
                     exp_avg = state["exp_avg"].lerp(g, 1 - beta1)
                     exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
-                    denom = exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt() + group["eps"]
-                    new = q - (lrs[i] / (1 - beta1 ** step)) * exp_avg / denom
+                    denom = exp_avg_sq.sqrt() / root2 + group["eps"]
+                    new = q - rate * exp_avg / denom
                     q.copy_(torch.where(move, new, q))
                     state["exp_avg"].copy_(torch.where(move, exp_avg, state["exp_avg"]))
                     state["exp_avg_sq"].copy_(torch.where(move, exp_avg_sq, state["exp_avg_sq"]))
-                    state["step"].copy_(torch.where(move, step, state["step"]))
+                    state["step"].copy_(moved_step)
             values = [*(v.detach() for v in stats.values()), norms["actor"], norms["critic"]]
             return torch.stack(values), finite, [grads[n] for n, _ in trained]
 
