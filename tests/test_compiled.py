@@ -64,9 +64,6 @@ EQUAL_TOO = {
     # (bias_epilogue.py); the compiled path decomposes tanh into exp (compile/decision.py): same values to rounding
     "mlp-tanh-no-norm": (["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false",
                           *ONE], {"bias-epilogue"}),
-    # micro-batch row blocks (algos/micro_batch.py): a graph per block and one for clipping + Adam, in the
-    # observation-context hypernetwork's compiled run (its one-graph step: the act-norm / weight-grad variant below)
-    "hyper-obs-micro": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "ppo.micro_batch_size=16"], set()),
     # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows); and a decaying
     # learning rate, which enters the compiled mini-batch step as a tensor: it must not be baked into the graph
     "mlp-onednn": (["actor=mlp", "ppo.lr_decay=true", *ONE], {"onednn"}),
@@ -75,16 +72,18 @@ EQUAL_TOO = {
     # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows): not with oneDNN forced,
     # which would take those products first
     "mlp-tanh-act-norm-weight-grad": (["actor=mlp", "model.activation=tanh", *ONE], {"act-norm", "weight-grad"}),
-    # Hyper-MAPPO's generated layers too (per-agent products: bmm), and with the attention kernel
-    "hyper-id-act-norm-weight-grad": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16", *ONE],
-                                      {"act-norm", "weight-grad"}),
-    "hyper-obs-act-norm-weight-grad": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", *ONE],
-                                       {"act-norm", "weight-grad"}),
+    # Hyper-MAPPO's observation context (the attention and observation-context kernels) in micro-batch row blocks
+    # (algos/micro_batch.py: a graph per block and one for clipping + Adam), with the LayerNorm(act) and
+    # weight-gradient kernels in the block graph
+    "hyper-obs-micro-act-norm-weight-grad": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto",
+                                             "ppo.micro_batch_size=16"], {"act-norm", "weight-grad"}),
     # 64-wide ReLU blocks: their products fused with the LayerNorm(act) kernel (linear_act_norm.py), both directions
     "mlp-linear-act-norm": (["actor=mlp", "model.hidden_sizes=[64,64]", *ONE], {"linear-act-norm", "act-norm"}),
-    # and Hyper-MAPPO's per-agent blocks (agent-id context: one product per agent, bmm / baddbmm)
-    "hyper-id-linear-act-norm": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
-                                  "model.hidden_sizes=[64,64]", *ONE], {"linear-act-norm", "act-norm"}),
+    # and Hyper-MAPPO's per-agent blocks (agent-id context: one product per agent, bmm / baddbmm), the weight
+    # gradients the fused blocks leave through the weight-gradient kernel
+    "hyper-id-linear-act-norm-weight-grad": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
+                                             "model.hidden_sizes=[64,64]", *ONE],
+                                             {"linear-act-norm", "act-norm", "weight-grad"}),
 }
 
 
@@ -301,7 +300,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert len(eager_rows) == len(comp_rows) == 4
     # compiled: the policy step and the whole mini-batch step (loss, gradients, clipping, Adam), also with the
     # fused attention kernel; with micro-batch blocks or uneven mini-batches one more graph; eager: none
-    assert graphs == {"off": 0, "on": {"hyper-obs-micro": 3, "mlp": 3}.get(actor, 2)}, graphs
+    assert graphs == {"off": 0, "on": {"hyper-obs-micro-act-norm-weight-grad": 3, "mlp": 3}.get(actor, 2)}, graphs
     for e, c in zip(eager_rows, comp_rows):
         assert e.keys() == c.keys()
         for k in e:
@@ -321,15 +320,13 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         # steps unrolled) 6 forwards and 4 input gradients a step (none for the first layers: the input LayerNorm
         # is folded into them, agent_layers.fold_norm)
         assert onednn_gemm.PASS.rewritten - rewritten == 6 + steps * 10
-    if "weight-grad" in forced:  # every weight gradient of the update's graph, per unrolled mini-batch step
-        # (hyper-id: 12 with the outer product of the input LayerNorm's shift folded into the per-agent first
-        # layers, agent_layers.fold_norm, a 1-row product this test's lowered MIN_ROWS lets through; hyper-obs: 7,
-        # its context chain's 5 weight gradients are taken inside the observation-context kernel, obs_context.c).
-        # The value head's input gradient, another 1-row outer product, is [80 x 16] at one mini-batch of 80 rows:
-        # wider than the kernel's MAX_WIDTH (64), so not taken (at mini-batches of 40 rows it was)
-        assert weight_grad.PASS.rewritten - rewritten_wg == steps * {"mlp-tanh-act-norm-weight-grad": 6,
-                                                                     "hyper-id-act-norm-weight-grad": 12,
-                                                                     "hyper-obs-act-norm-weight-grad": 7}[actor]
+    if "weight-grad" in forced:  # every weight gradient the rule admits at this test's MIN_ROWS = MIN_WIDTH = 1, in
+        # the update's one graph with gradients (mlp: 6; hyper-id: 11, its 64-wide blocks fused with their LayerNorm;
+        # hyper-obs: 7 in the micro-batch block graph, compiled once for its blocks of one size, the context chain's 5
+        # weight gradients taken inside the observation-context kernel, obs_context.c)
+        taken = weight_grad.PASS.rewritten - rewritten_wg
+        assert taken == {"mlp-tanh-act-norm-weight-grad": 6, "hyper-id-linear-act-norm-weight-grad": 11,
+                         "hyper-obs-micro-act-norm-weight-grad": 7}[actor], taken
     if "bias-epilogue" in forced:
         # collection: the 4 hidden products (into Tanh); in each of the update's unrolled steps those 4 and the
         # value head's (into the value loss); the policy heads feed log-softmax, a reduction, and stay addmm
@@ -350,7 +347,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert fused == {"forward": 0, "backward": 0, "bias": 0}, fused
     if actor.startswith("hyper-obs"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
-    if actor in ("mlp", "hyper-obs-micro"):  # and the compiled run resumes exactly (its graphs: from the cache)
+    if actor == "mlp":  # and the compiled run resumes exactly (its graphs: from the cache)
         from test_resume import resumed_from_update_2_matches
 
         resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")

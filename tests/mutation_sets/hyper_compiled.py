@@ -2,7 +2,7 @@
 product over [W | G] (models/hyper.py, `_SharedInputProducts`)."""
 
 H = "src/hypermappo/models/hyper.py"
-IN_GRAPH = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-obs-micro]"
+IN_GRAPH = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-obs-micro-act-norm-weight-grad]"
 
 
 def mutations(M):

@@ -3,7 +3,7 @@ block graphs (FusedMinibatchStep)."""
 
 EQ = "tests/test_micro_batch.py::test_micro_batched_update_equals_the_one_pass_update"
 BLOCKS = "tests/test_micro_batch.py::test_row_blocks_split_evenly_where_they_can_and_cover_every_row_once"
-COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-obs-micro]"
+COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-obs-micro-act-norm-weight-grad]"
 MB = "src/hypermappo/algos/micro_batch.py"
 MAPPO = "src/hypermappo/algos/mappo.py"
 FUSED = "src/hypermappo/algos/fused_step.py"
