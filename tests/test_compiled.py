@@ -38,6 +38,7 @@ needs_cxx = pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler f
 # equality, resume, collection graph, non-finite step and graph-break checks. See docs/guides/workflow.md, "Test
 # tiers", for how these tests keep their graphs few and small.
 slow = pytest.mark.slow
+compiles = pytest.mark.compiles  # scheduled first, heaviest (the argument) first: tests/conftest.py
 
 
 def tiered(names, fast):
@@ -64,9 +65,6 @@ EQUAL_TOO = {
     # (bias_epilogue.py); the compiled path decomposes tanh into exp (compile/decision.py): same values to rounding
     "mlp-tanh-no-norm": (["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false",
                           *ONE], {"bias-epilogue"}),
-    # every row-major product through oneDNN (onednn_gemm.py; by default only those of >= 32,768 rows); and a decaying
-    # learning rate, which enters the compiled mini-batch step as a tensor: it must not be baked into the graph
-    "mlp-onednn": (["actor=mlp", "ppo.lr_decay=true", *ONE], {"onednn"}),
     # the hidden blocks' LayerNorm(act) C kernel (kernels/act_norm.py) inside the compiled graphs, against the eager
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one), and
     # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows): not with oneDNN forced,
@@ -250,6 +248,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 @needs_cxx
+@compiles(2)
 @pytest.mark.parametrize("actor", tiered(["mlp", "hyper-id", *EQUAL_TOO], {"mlp"}))
 def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """Same seed, 4 updates (of one mini-batch step each; three uneven ones for the MLP, two for the micro-batch
@@ -259,8 +258,12 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     for var in ("HYPERMAPPO_ONEDNN_GEMM", "HYPERMAPPO_WEIGHT_GRAD", "HYPERMAPPO_LINEAR_ACT_NORM"):
         monkeypatch.setenv(var, "1")
     # the default MLP with mini-batches of 14, 13 and 13 rows: a graph per shape, and the update's guard skipping
-    # must not run one shape's graph on another
-    overrides, forced = (["actor=mlp", "ppo.num_mini_batch=3"] if actor == "mlp" else [*ACTORS.get(actor, []), *ONE]), set()
+    # must not run one shape's graph on another; every row-major product through oneDNN (onednn_gemm.py; by default
+    # only those of >= 32,768 rows); and a decaying learning rate, which enters the compiled mini-batch step as a
+    # tensor: it must not be baked into the graph. (Its graphs without forced passes: the collection test's.)
+    overrides, forced = [*ACTORS.get(actor, []), *ONE], set()
+    if actor == "mlp":
+        overrides, forced = ["actor=mlp", "ppo.num_mini_batch=3", "ppo.lr_decay=true"], {"onednn"}
     if actor in EQUAL_TOO:
         overrides, forced = EQUAL_TOO[actor]
     # a pass whose rewrites are counted needs a key no cached graph has (a graph from the cache would skip it)
@@ -316,10 +319,10 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" not in eager_summary
     assert comp_summary["weight_grad"] == weight_grad.status() and "weight_grad" not in eager_summary
     if "onednn" in forced:
-        # every row-major product of the graphs: collection's 6 forwards, and in the update's graph (its mini-batch
-        # steps unrolled) 6 forwards and 4 input gradients a step (none for the first layers: the input LayerNorm
+        # every row-major product of the graphs: collection's 6 forwards, and in each update graph 6 forwards and 4
+        # input gradients (none for the first layers: the input LayerNorm
         # is folded into them, agent_layers.fold_norm)
-        assert onednn_gemm.PASS.rewritten - rewritten == 6 + steps * 10
+        assert onednn_gemm.PASS.rewritten - rewritten == 6 + 2 * 10  # two update graphs: 14 and 13 rows
     if "weight-grad" in forced:  # every weight gradient the rule admits at this test's MIN_ROWS = MIN_WIDTH = 1, in
         # the update's one graph with gradients (mlp: 6; hyper-id: 11, its 64-wide blocks fused with their LayerNorm;
         # hyper-obs: 7 in the micro-batch block graph, compiled once for its blocks of one size, the context chain's 5
@@ -360,6 +363,7 @@ COLLECT_ACTORS = {"mlp": (["actor=mlp"], collect_step.CHUNK),  # the run's chunk
 
 
 @needs_cxx
+@compiles(3)
 @pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
@@ -424,6 +428,7 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
 
 @needs_cxx
 @slow
+@compiles(1)
 def test_nonfinite_reward_inside_a_chunk_names_its_own_step(tmp_path, monkeypatch):
     """A NaN reward at episode step 11 (rollout step 11: the 3rd step of the chunk of steps 9-12; chunks of 4 here,
     a smaller graph to compile than the run's 8) stops the run with the message the one-step-per-call path gives for
@@ -518,6 +523,7 @@ def test_update_clips_each_network_and_steps_both(tmp_path):
 
 
 @needs_cxx
+@compiles(1)
 def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_state(tmp_path):
     """The one-graph mini-batch step applies Adam inside the graph: a non-finite loss must leave every weight and
     every moment / step count as it was (the eager path raises before its step), and the update raises. And as
@@ -560,7 +566,7 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
     # steps' function run as it is, uncompiled, in graphs of 3
     ("uncompiled", 3, 6, 4),
     # and compiled: graphs of 2 (a smaller graph to compile)
-    pytest.param("compiled", 2, 4, 3, marks=[needs_cxx, slow])])
+    pytest.param("compiled", 2, 4, 3, marks=[needs_cxx, slow, compiles(2)])])
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch, unrolled,
                                                                              per_graph, mini_batches, bad):
     """ppo.num_mini_batch=`mini_batches` with at most `per_graph` steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4
