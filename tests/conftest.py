@@ -8,8 +8,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `compiles(weight)` (each compiles Inductor graphs from C++: a minute or more on two cores) first,
-    heaviest first: with `--dist load` (Makefile) the workers share them out round-robin from the start. Left in file
-    order they came last, and one worker was still compiling minutes after the other had run out of tests."""
+    heaviest first: with `--dist load --maxschedchunk 1` (Makefile) the workers take them one at a time from the
+    start. Left in file order they came last, and one worker was still compiling minutes after the other had run out
+    of tests."""
     def key(item):
         mark = item.get_closest_marker("compiles")
         return -(mark.args[0] if mark and mark.args else 1) if mark else 0

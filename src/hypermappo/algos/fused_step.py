@@ -165,21 +165,18 @@ class FusedMinibatchStep:
             # Adam (torch.optim.Adam's update, amsgrad off); nothing moves unless every checked quantity is finite
             for i, (opt, group, group_params) in enumerate(self.plan):
                 beta1, beta2 = group["betas"]
-                shared = None  # (the step count after this step, bias corrections) once for a group whose counts agree
-                if self.shared_step[i] and group_params:
-                    old = opt.state[group_params[0][1]]["step"]
-                    step = old + 1
-                    shared = torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
+
+                def counts(old, i=i, beta1=beta1, beta2=beta2):  # the count after this step (kept unless `move`),
+                    step = old + 1  # and its two bias corrections
+                    return torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
+
+                # once for a group whose counts agree, else per parameter
+                shared = counts(opt.state[group_params[0][1]]["step"]) if self.shared_step[i] and group_params else None
                 for name, q in group_params:
                     state, g = opt.state[q], clipped[name]
                     if group["weight_decay"]:
                         g = g + group["weight_decay"] * q
-                    if shared is not None:
-                        moved_step, root2, rate = shared
-                    else:
-                        step = state["step"] + 1
-                        moved_step = torch.where(move, step, state["step"])
-                        root2, rate = (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
+                    moved_step, root2, rate = shared or counts(state["step"])
                     exp_avg = state["exp_avg"].lerp(g, 1 - beta1)
                     exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
                     denom = exp_avg_sq.sqrt() / root2 + group["eps"]
