@@ -198,7 +198,12 @@ def peak_rss_mb() -> float:
 
 
 def clock() -> tuple[float, float]:
-    """(wall, process CPU) seconds: CPU time is what a row costs regardless of how busy the machine is."""
+    """(wall, process CPU) seconds: CPU time is what a row costs regardless of how busy the machine is. On a GPU
+    the queued work is waited for first, so that a phase's seconds are its own."""
+    import torch
+
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter(), time.process_time()
 
 

@@ -64,10 +64,12 @@ from hypermappo.kernels import act_norm
 from hypermappo.logging import RunLogger
 from hypermappo.policies.groups import build_groups, evaluate_groups
 from hypermappo.report import run_summary
-from hypermappo.runtime import progress
+from hypermappo.runtime import progress, sync_free
+from hypermappo.runtime.nonfinite_watch import NonFiniteWatch
 from hypermappo.runtime.run_dir import RunDirClaim
 from hypermappo.runtime.run_lock import RunDirLock
 from hypermappo.runtime.signals import StopSignals
+from hypermappo.storage.episode_log import EpisodeLog
 
 
 def resolve_threads(n: int) -> int:
@@ -232,6 +234,12 @@ class Experiment:
         if self.collect_note:
             self.summary_extra["collect"] = self.collect_note
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
+        # collection without a host sync per env step (runtime/sync_free.py; auto: on CUDA)
+        sync_free_on, self.sync_note = sync_free.decide(self.device)
+        self.watch = NonFiniteWatch() if sync_free_on else None
+        self.env.sync_free = sync_free_on
+        self.episodes = EpisodeLog()
+        self.summary_extra["host_sync"] = self.sync_note
         self.summary_extra["act_norm"] = act_norm.status()  # the hidden blocks' LayerNorm(act) kernel (kernels/act_norm.py)
         if self.compiled:  # the compiled graphs' weight-gradient kernel (weight_grad.py)
             self.summary_extra["weight_grad"] = weight_grad.status()
@@ -307,10 +315,49 @@ class Experiment:
 
         Per step, each group acts for its slots with one batched call and the actions are scattered into
         one [E, N, ...] tensor for env.step (a single group's actions go to the env as they are)."""
+        try:
+            s = self._collect_steps()
+        except Exception as e:
+            # sync-free collection checks env outputs at the rollout's end: a non-finite value found there comes
+            # before what it may have caused later in the rollout
+            if self.watch is not None:
+                self._raise_watched(e)
+            raise
+        if self.watch is not None:
+            self._raise_watched(None)
+        self.last = s
+        for g in self.groups:
+            if not g.learning:
+                continue
+            L = g.learner
+            if L.off_policy:  # its replay buffer needs no returns
+                continue
+            last_values, _ = L.critic(g.take(s.obs), s.state, L.critic_h, L.reset_mask, active=g.take(s.active))
+            L.algo.compute_returns(L.buffer, last_values)
+        self.env_steps += self.cfg.rollout_length * self.cfg.num_envs
+        stats = {}
+        r, group_r, extras = self.episodes.finish()  # the finished episodes, read once (storage/episode_log.py)
+        if r is not None:
+            self.recent_returns.extend(r.tolist())
+            stats["episode_return_mean"] = float(r.mean())
+            stats["episodes"] = int(r.numel())
+        else:
+            stats["episode_return_mean"] = float("nan")
+            stats["episodes"] = 0
+        if self.multi:
+            for g in self.groups:
+                r = group_r.get(g.name)
+                if r is not None:
+                    self.group_recent[g.name].extend(r.tolist())
+                stats[f"{g.name}/episode_return_mean"] = float(r.mean()) if r is not None else float("nan")
+        for k, v in extras.items():
+            stats[k] = float(v.mean())
+        return stats
+
+    def _collect_steps(self) -> EnvStep:
+        """The rollout's T env steps (collect); returns the last EnvStep."""
         cfg = self.cfg
         s = self.last
-        returns, extras = [], {}
-        group_returns: dict[str, list] = {g.name: [] for g in self.groups}
         learning = [g for g in self.groups if g.learning]
         bootstrap = any(g.learner.off_policy or g.learner.cfg.ppo.bootstrap_truncated for g in learning)
         t = 0
@@ -337,7 +384,10 @@ class Experiment:
             for g in learning:
                 if g.learner.coplayer is not None:  # the co-player model's training data (algos/coplayer.py)
                     g.learner.coplayer.record(t, s, joint, nxt, self.groups)
-            truncated = bootstrap and bool(nxt.truncated.any())  # one sync per step, shared by every learner
+            if self.watch is not None:  # no sync: the bootstrap is masked to the truncated envs
+                truncated = bootstrap and nxt.final_obs is not None
+            else:
+                truncated = bootstrap and bool(nxt.truncated.any())  # one sync per step, shared by every learner
             if truncated:
                 self._check_final_observations(nxt, t)
             for g in self.groups:
@@ -348,44 +398,16 @@ class Experiment:
             if self.multi:
                 for g in self.groups:  # the group's return: sum over steps of the mean over its agents
                     g.ep_return = g.ep_return + g.take(nxt.reward).mean(-1)
-            if nxt.episode_done is not None and nxt.episode_done.any():
-                done_idx = nxt.episode_done
-                returns.append(nxt.episode_return[done_idx])
-                for k, v in nxt.extras.items():
-                    if v.dim() == 1:  # per-agent extras such as goal_event [E, N] are no episode statistics
-                        extras.setdefault(k, []).append(v[done_idx].float())
+            if nxt.episode_done is not None:  # kept on the device, selected at the rollout's end
+                done = nxt.episode_done
+                self.episodes.add(done, nxt.episode_return, nxt.extras,
+                                  {g.name: g.ep_return for g in self.groups} if self.multi else None)
                 if self.multi:
                     for g in self.groups:
-                        group_returns[g.name].append(g.ep_return[done_idx])
-                        g.ep_return = torch.where(done_idx, 0.0, g.ep_return)
+                        g.ep_return = torch.where(done, 0.0, g.ep_return)
             s = nxt
             t += 1
-        self.last = s
-        for g in learning:
-            L = g.learner
-            if L.off_policy:  # its replay buffer needs no returns
-                continue
-            last_values, _ = L.critic(g.take(s.obs), s.state, L.critic_h, L.reset_mask, active=g.take(s.active))
-            L.algo.compute_returns(L.buffer, last_values)
-        self.env_steps += cfg.rollout_length * cfg.num_envs
-        stats = {}
-        if returns:
-            r = torch.cat(returns).cpu()
-            self.recent_returns.extend(r.tolist())
-            stats["episode_return_mean"] = float(r.mean())
-            stats["episodes"] = int(r.numel())
-        else:
-            stats["episode_return_mean"] = float("nan")
-            stats["episodes"] = 0
-        if self.multi:
-            for g in self.groups:
-                r = torch.cat(group_returns[g.name]).cpu() if group_returns[g.name] else None
-                if r is not None:
-                    self.group_recent[g.name].extend(r.tolist())
-                stats[f"{g.name}/episode_return_mean"] = float(r.mean()) if r is not None else float("nan")
-        for k, vs in extras.items():
-            stats[k] = float(torch.cat(vs).mean())
-        return stats
+        return s
 
     def _collect_chunk(self, t: int, s: EnvStep) -> EnvStep:
         """Steps t .. t + CHUNK - 1 as one graph call (collect_step.py; no episode ends in them, so no resets,
@@ -434,7 +456,9 @@ class Experiment:
             final_active = g.take(nxt.final_active)
             v_final, _ = L.critic(g.take(nxt.final_obs), nxt.final_state, critic_h, None, active=final_active)
             alive = bootstrap_mask(L.death, nxt.truncated, final_active)
-            reward = reward + L.cfg.ppo.gamma * L.algo.value_norm.denormalize(v_final) * alive
+            bootstrapped = reward + L.cfg.ppo.gamma * L.algo.value_norm.denormalize(v_final) * alive
+            # sync-free: every step comes here; rows that did not truncate keep their reward as it is
+            reward = torch.where(alive > 0, bootstrapped, reward) if self.watch is not None else bootstrapped
         L.buffer.insert(t, rewards=reward, dones=dones)
         L.reset_mask = dones
         L.actor_h, L.critic_h = carried, critic_h
@@ -467,10 +491,13 @@ class Experiment:
         """env.step (or the eager rest of a step whose core ran in the collection graph) with its exceptions and
         non-finite outputs turned into one-line errors."""
         nxt = self._env_call(lambda: self.env.step(actions) if core is None else self.collect_graph.finish(*core), t)
+        quantities = (("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state))
+        if self.watch is not None:  # recorded on the device, read at the rollout's end (runtime/nonfinite_watch.py)
+            self.watch.watch(t, quantities)
         # one fused reduction and one sync per step: a NaN / inf anywhere makes the sum non-finite
         # (an overflowing sum of finite values is re-checked exactly and passes)
-        if not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
-            self._raise_if_nonfinite((("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state)), t)
+        elif not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
+            self._raise_if_nonfinite(quantities, t)
         return nxt
 
     def _env_call(self, step, t: int):
@@ -487,8 +514,11 @@ class Experiment:
         rows = step.truncated  # [E]
         final_obs = torch.where(rows[:, None, None], step.final_obs, 0.0)  # [E, N, obs_dim]
         final_state = torch.where(rows[:, None], step.final_state, 0.0)  # [E, state_dim]
-        if not math.isfinite(float(final_obs.sum() + final_state.sum())):
-            self._raise_if_nonfinite((("final observation", final_obs), ("final state", final_state)), t)
+        quantities = (("final observation", final_obs), ("final state", final_state))
+        if self.watch is not None:
+            self.watch.watch(t, quantities)
+        elif not math.isfinite(float(final_obs.sum() + final_state.sum())):
+            self._raise_if_nonfinite(quantities, t)
 
     def _where(self, t: int | None) -> str:
         """Position in training for messages: `update u, rollout step t, env step s`."""
@@ -498,18 +528,29 @@ class Experiment:
 
     def _raise_if_nonfinite(self, quantities, t: int | None) -> None:
         """Slow path: name the first non-finite env quantity ((name, [E, N, ...] or [E, state_dim]) pairs) and where."""
-        names = self.spec.agent_names
         for quantity, x in quantities:
             bad = ~torch.isfinite(x)
             if not bad.any():
                 continue
             index = bad.nonzero()[0].tolist()  # [env, agent slot, ...] ([env, feature] for state)
-            where = f"env {index[0]}"
-            if not quantity.endswith("state"):
-                slot = index[1]
-                where += f", agent slot {slot}" + (f" ({names[slot]})" if slot < len(names) else "")
-            raise NonFiniteError(f"non-finite {quantity} ({x[tuple(index)].item()}) from env {self.cfg.env!r} "
-                                 f"at {self._where(t)}: {where} (non-finite values: {int(bad.sum())})")
+            raise self._nonfinite(quantity, index, x[tuple(index)].item(), int(bad.sum()), t)
+
+    def _raise_watched(self, cause: Exception | None) -> None:
+        """Sync-free collection's checks, read once: the first non-finite env output of the rollout, as the per-step
+        check names it (raised from `cause`, an error later in the rollout, if any)."""
+        found = self.watch.first()
+        if found is not None:
+            t, quantity, index, value, count = found
+            raise self._nonfinite(quantity, index, value, count, t) from cause
+
+    def _nonfinite(self, quantity: str, index: list[int], value: float, count: int, t: int) -> NonFiniteError:
+        names = self.spec.agent_names
+        where = f"env {index[0]}"
+        if not quantity.endswith("state"):
+            slot = index[1]
+            where += f", agent slot {slot}" + (f" ({names[slot]})" if slot < len(names) else "")
+        return NonFiniteError(f"non-finite {quantity} ({value}) from env {self.cfg.env!r} at {self._where(t)}: "
+                              f"{where} (non-finite values: {count})")
 
     def _env_failure(self, error: Exception, when: str) -> EnvFailure | InternalFailure:
         """The env raised: its traceback (with a worker's, if any) to RUN_DIR/error.log, one line for the user; or,

@@ -178,6 +178,14 @@ class SimpleSpreadVecEnv(VecEnv):
             self._pos[:, :, env_ids] = pos
             self._vel[:, :, env_ids] = 0.0
 
+    def _respawn(self, ended: torch.Tensor) -> None:
+        """`_spawn` of the envs where `ended` [E] without reading it on the host: new starts drawn for every env,
+        taken where an env ended (the others keep their positions, velocities and step counts)."""
+        pos = torch.rand(self._pos.shape[0], 2, self.num_envs, generator=self.generator, device=self.device) * 2 - 1
+        self._pos.copy_(torch.where(ended, pos, self._pos))
+        self._vel.masked_fill_(ended, 0.0)
+        self.t.masked_fill_(ended, 0)
+
     def _start_step(self, obs: torch.Tensor) -> EnvStep:
         """The EnvStep of a fresh start (reward 0, nothing done)."""
         E, N = self.num_envs, self.n_agents
@@ -246,7 +254,10 @@ class SimpleSpreadVecEnv(VecEnv):
         """The rest of a step after `_advance`: auto-reset of the finished envs (a branch), the EnvStep."""
         N, E = self.n_agents, self.num_envs
         final_state = final_obs.reshape(E, -1).clone()  # [E, N * obs_dim]
-        if truncated.any():  # auto-reset only the finished envs
+        if self.sync_free:  # masks, no branch on the device's values (VecEnv.sync_free)
+            self._respawn(truncated)
+            obs, _, _ = self._observe()
+        elif truncated.any():  # auto-reset only the finished envs
             ended = truncated.nonzero().squeeze(1)  # [k]
             self._spawn(ended)
             self.t[ended] = 0

@@ -416,7 +416,8 @@ class StagHuntVecEnv(VecEnv):
                                              torch.where(met, HUNTER_GOAL, -1)))  # [E, H]
 
         if self.respawn:
-            if bool(caught.any()):  # skipping is exact: envs that catch nothing draw no numbers
+            # skipping is exact: envs that catch nothing draw no numbers (sync-free collection never skips)
+            if self.sync_free or bool(caught.any()):
                 self._respawn(caught)
         else:
             self.prey_alive = self.prey_alive & ~caught
@@ -431,8 +432,8 @@ class StagHuntVecEnv(VecEnv):
                   "goal_event": goal_event}
         final_obs, final_state = self._observe()
         obs, state = final_obs, final_state
-        if bool(ended.any()):
-            self._place_all(ended)  # auto-reset only the finished envs
+        if self.sync_free or bool(ended.any()):
+            self._place_all(ended)  # auto-reset only the finished envs (masks: exact for the others too)
             obs, state = self._observe()
         return EnvStep(obs=obs, state=state, active=torch.ones(e, h, dtype=torch.bool, device=dev),
                        reward=reward, done=ended.unsqueeze(-1).expand(e, h).clone(),

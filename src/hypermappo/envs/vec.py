@@ -159,6 +159,11 @@ class VecEnv:
     def set_state(self, state: dict) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot restore its state")
 
+    # sync-free collection (runtime/sync_free.py) sets this on envs that can auto-reset without reading the device:
+    # a batched torch env then resets its finished envs with masks, drawing new starts for every env (so its random
+    # stream differs from the per-step path's, which draws only for the envs that ended); others ignore it
+    sync_free: bool = False
+
     def compile_step(self, compile_fn) -> None:
         """ppo.compile: a batched torch env replaces the branch-free core of its step by `compile_fn(core)`;
         others keep stepping eagerly."""

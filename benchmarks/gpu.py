@@ -1,0 +1,146 @@
+"""One prepared script for a GPU machine: this library's training step beside JaxMARL's on the same device.
+
+Rows (each in a fresh process, benchmarks/throughput.py's harness: warm-up updates untimed, then collect + update
+timed; env-steps/s exclude compilation, as JaxMARL's own figures do, the compile seconds beside them):
+
+  ippo      IPPO at JaxMARL's settings on MPE simple_spread (our batched torch port; 128 steps, 4 epochs x 4
+            mini-batches, 64x64 Tanh), E = 16, 1024, 4096: eager, and ppo.compile=on unless --no-compile
+  mappo     MAPPO at the MAPPO paper's settings (25 steps, 10 epochs, 1 mini-batch, 64x64), E = 8192: eager and
+            compiled
+  jaxmarl   JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py) at the same E, where `jax` and `jaxmarl` import in
+            this interpreter or in --jaxmarl-python
+
+Aim (the fast-path goals): IPPO >= 0.5x JaxMARL at E = 1024 and 4096, MAPPO >= 2M env-steps/s at E = 8192. Batched
+seeds in one process (`seeds=`) are not built yet: no row. Budget: under 8 minutes on one GPU (per-row timeouts;
+a row that times out is reported as such, not dropped).
+
+    python benchmarks/gpu.py                      # on the machine with the GPU
+    python benchmarks/gpu.py --device cpu --quick # a smoke test of the script itself (E = 16, short rows)
+
+Writes benchmarks/results/gpu_<device>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from throughput import JAXMARL, case, fmt, machine, run_worker, write_results  # noqa: E402
+
+PEER = HERE / "peers" / "jaxmarl_ippo.py"
+
+
+def rows(device: str, quick: bool, compile_rows: bool) -> list[tuple[str, dict]]:
+    ippo_e, mappo_e = ([16], [16]) if quick else ([16, 1024, 4096], [8192])
+    threads = min(4, os.cpu_count() or 1)  # the host's side: Python, the launches
+    modes = {"eager": "ppo.compile=off", "compiled": "ppo.compile=on"}
+    if not compile_rows:
+        del modes["compiled"]
+    out = []
+    for e in ippo_e:
+        for mode, flag in modes.items():
+            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
+                                     [*JAXMARL, f"device={device}", flag])))
+    for e in mappo_e:
+        for mode, flag in modes.items():
+            out.append(("mappo", case(f"mappo {mode}", "mpe:simple_spread", e, threads,
+                                      ["algo=mappo", "actor=mlp", f"device={device}", flag])))
+    return out
+
+
+def jaxmarl_python(given: str | None) -> str | None:
+    if given:
+        return given
+    if importlib.util.find_spec("jax") and importlib.util.find_spec("jaxmarl"):
+        return sys.executable
+    return None
+
+
+def jaxmarl_row(python: str, e: int, calls: int, timeout: float) -> dict:
+    cmd = [python, str(PEER), "--num-envs", str(e), "--calls", str(calls)]
+    try:
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"num_envs": e, "skipped": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"num_envs": e, "skipped": (done.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+    return json.loads(lines[-1])
+
+
+def markdown(results: list[dict], peers: dict, meta: dict) -> str:
+    lines = [f"# GPU throughput: this library beside JaxMARL ({meta['device']})", "",
+             f"{meta['date']}; device: {meta['device_name']}; CPU: {meta['cpu']}, {meta['cores']} cores; torch "
+             f"{meta['torch']}; JaxMARL: {meta['jaxmarl'] or 'not importable (no row)'}. Each row in a fresh process; "
+             "env-steps/s exclude compilation (the compile seconds beside them).", "",
+             "Reproduce: `python benchmarks/gpu.py`", "",
+             "| setting | row | E | env-steps/s | collect + update ms | compile s | JaxMARL IPPO-FF | ours / JaxMARL |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for setting, r in results:
+        e = r["num_envs"]
+        peer = peers.get(e, {}) if setting == "ippo" else {}
+        if "skipped" in r:
+            lines.append(f"| {setting} | {r['variant']} | {e:,} | {r['skipped']} | | | | |")
+            continue
+        jax_sps = peer.get("sps")
+        ratio = f"{r['e2e_sps'] / jax_sps:.2f}x" if jax_sps else "–"
+        jax_cell = fmt(jax_sps) if jax_sps else (peer.get("skipped", "–") if peer else "–")
+        lines.append(f"| {setting} | {r['variant']} | {e:,} | {fmt(r['e2e_sps'])} | "
+                     f"{r['collect_s'] * 1e3:.0f} + {r['update_s'] * 1e3:.0f} | "
+                     f"{(r['compile_s'] or 0):.1f} | {jax_cell} | {ratio} |")
+    lines += ["", "Aims: IPPO at JaxMARL's settings >= 0.5x JaxMARL at E = 1024 and 4096; MAPPO at the paper's "
+              "settings >= 2,000,000 env-steps/s at E = 8192; 10 seeds batched in one process >= 5x one seed's "
+              "throughput (batched seeds: not built, no row)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default=None, help="cuda (default where available) or cpu")
+    p.add_argument("--quick", action="store_true", help="E = 16 only, short rows: a smoke test of the script")
+    p.add_argument("--no-compile", action="store_true", help="eager rows only")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds per row (compile included)")
+    p.add_argument("--jaxmarl-python", default=None, help="an interpreter in which jax and jaxmarl import")
+    p.add_argument("--name", default=None)
+    args = p.parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("gpu.py: error: --device cuda asked for, but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    meta = {**machine(), "device": device,
+            "device_name": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
+    warmup, iters, min_s, max_s = (1, 2, 0.5, 5.0) if args.quick else (2, 5, 3.0, 20.0)
+    start = time.perf_counter()
+    results = []
+    for setting, c in rows(device, args.quick, not args.no_compile):
+        r = run_worker(c, warmup, iters, min_s, max_s, args.timeout, None)
+        results.append((setting, r))
+        print(f"  {setting} {c['variant']} E={c['num_envs']}: "
+              f"{r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} ({time.perf_counter() - start:.0f} s)",
+              flush=True)
+    python = jaxmarl_python(args.jaxmarl_python)
+    peers = {}
+    if python:
+        for e in sorted({r["num_envs"] for s, r in results if s == "ippo"}):
+            peers[e] = jaxmarl_row(python, e, 2 if args.quick else 5, args.timeout)
+            print(f"  jaxmarl E={e}: {peers[e].get('skipped') or fmt(peers[e]['sps']) + ' env-steps/s'}", flush=True)
+    meta["jaxmarl"] = python
+    meta["wall_s"] = time.perf_counter() - start
+    name = args.name or f"gpu_{device}" + ("_quick" if args.quick else "")
+    write_results(name, {"meta": meta, "rows": [{"setting": s, **r} for s, r in results], "jaxmarl": peers},
+                  markdown(results, peers, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Sync-free collection (runtime/sync_free.py, auto: on CUDA): no host synchronisation per env step, the same run.
+
+Tested on the CPU with HYPERMAPPO_SYNC_FREE=1: a dispatch mode sees every op that reads a device value back
+(`aten._local_scalar_dense`: .item(), bool(), float(); `aten.nonzero`: boolean indexing, .nonzero()) and none may
+run during the rollout's steps; the statistics, buffer and weights equal the per-step path's; a non-finite env
+output is named as the per-step check names it."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hypermappo import config as config_mod
+from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
+from hypermappo.errors import NonFiniteError, UserError
+from hypermappo.experiment import Experiment
+from hypermappo.runtime import sync_free
+from hypermappo.runtime.nonfinite_watch import NonFiniteWatch, unravel
+from hypermappo.storage.episode_log import EpisodeLog
+
+TINY = ["num_envs=6", "rollout_length=30", "model.hidden_sizes=[16,16]", "eval_episodes=2", "log.tensorboard=false",
+        "log.progress=false", "ppo.compile=off"]
+READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
+         "aten.is_nonzero.default"}
+
+
+class DeviceReads(TorchDispatchMode):
+    """Counts the ops that copy a device value to the host (a sync on CUDA)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in READS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def rows(run_dir):
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_switch_takes_auto_0_or_1_and_auto_is_on_for_cuda_only(monkeypatch):
+    monkeypatch.delenv(sync_free.VAR, raising=False)
+    assert sync_free.decide(torch.device("cpu")) == (
+        False, "host syncs in collection: per env step (auto: device cpu; a sync costs nothing on a CPU)")
+    assert sync_free.decide(torch.device("cuda")) == (True, "host syncs in collection: once per rollout (auto: "
+                                                            "device cuda)")
+    monkeypatch.setenv(sync_free.VAR, "1")
+    assert sync_free.decide(torch.device("cpu"))[0]
+    monkeypatch.setenv(sync_free.VAR, "yes")
+    with pytest.raises(UserError, match="HYPERMAPPO_SYNC_FREE='yes': expected auto, 0 or 1"):
+        sync_free.decide(torch.device("cpu"))
+
+
+def test_episode_log_selects_what_the_per_step_bookkeeping_selected():
+    g = torch.Generator().manual_seed(0)
+    log, returns, extras, group = EpisodeLog(), [], [], []
+    for _ in range(40):
+        done = torch.rand(7, generator=g) < 0.2
+        ret, extra, grp = torch.randn(7, generator=g), torch.randn(7, generator=g), torch.randn(7, generator=g)
+        log.add(done, ret, {"captures": extra, "goal_event": torch.zeros(7, 2)}, {"team": grp})
+        if done.any():
+            returns.append(ret[done])
+            extras.append(extra[done])
+            group.append(grp[done])
+        ret.add_(100.0)  # an env that updates its tensors in place: the log kept the step's values
+    r, groups, ex = log.finish()
+    assert torch.equal(r, torch.cat(returns)) and r.numel() > 10
+    assert torch.equal(groups["team"], torch.cat(group)) and torch.equal(ex["captures"], torch.cat(extras))
+    assert "goal_event" not in ex  # per-agent extras are no episode statistics
+    assert log.finish() == (None, {}, {})  # cleared
+
+
+def test_nonfinite_watch_finds_the_first_bad_element_of_the_first_bad_step():
+    w = NonFiniteWatch()
+    a, b = torch.zeros(3, 2, 4), torch.zeros(3, 5)
+    w.watch(0, (("reward", a.clone()), ("state", b.clone())))
+    bad = a.clone()
+    bad[2, 1, 3], bad[1, 0, 2] = float("inf"), float("nan")
+    w.watch(1, (("reward", a.clone()), ("state", b.clone())))
+    w.watch(2, (("reward", bad), ("state", b.clone())))
+    w.watch(3, (("reward", a.clone()), ("state", b.clone() / 0)))
+    t, name, index, value, count = w.first()
+    assert (t, name, index, count) == (2, "reward", [1, 0, 2], 2) and value != value  # nan
+    assert w.first() is None  # cleared
+    assert unravel(23, (3, 2, 4)) == [2, 1, 3]
+
+
+@pytest.mark.parametrize("preset", ["staghunt/default", "mpe/simple_spread"])
+def test_no_device_value_is_read_during_the_rollouts_steps(tmp_path, monkeypatch, preset):
+    """The default learner's collection: MAPPO's actor and critic, the env step (simple_spread's auto-reset with
+    masks), the rollout buffer, the truncation bootstrap, the checks; the reads at the rollout's end are few."""
+    monkeypatch.setenv(sync_free.VAR, "1")
+    exp = Experiment(config_mod.build_config(preset, [*TINY, "total_env_steps=360"]), tmp_path / "r", quiet=True)
+    exp._start_episodes()
+    steps, end = DeviceReads(), DeviceReads()
+    collect_steps = exp._collect_steps
+
+    def watched():
+        with steps:
+            return collect_steps()
+
+    monkeypatch.setattr(exp, "_collect_steps", watched)
+    with end:
+        exp.collect()
+    assert steps.seen == [], steps.seen
+    assert 0 < len([r for r in end.seen if r not in steps.seen]) <= 12, end.seen  # read once per rollout
+    exp.logger.close()
+
+
+def test_sync_free_run_equals_the_per_step_run(tmp_path, monkeypatch):
+    """An env that resets as it always does (the stag hunt): same statistics, rollouts and weights, truncations
+    bootstrapped in both."""
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(sync_free.VAR, flag)
+        exp = Experiment(config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=720"]),
+                         tmp_path / flag, quiet=True)
+        assert (exp.watch is not None) == (flag == "1")
+        summary = exp.run()
+        runs[flag] = (rows(tmp_path / flag), summary, {k: v.clone() for k, v in exp.actor.state_dict().items()},
+                      exp.buffer.rewards.clone())
+    (r0, _, w0, b0), (r1, s1, w1, b1) = runs["0"], runs["1"]
+    assert len(r0) == 4 and any(float(r["episodes"]) > 0 for r in r0)
+    def untimed(row):
+        return {k: v for k, v in row.items() if not (k.endswith("_s") or k.endswith("sps"))}
+
+    for a, b in zip(r0, r1):
+        assert untimed(a) == untimed(b)
+    assert torch.equal(b0, b1)
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), k
+    assert s1["host_sync"].startswith("host syncs in collection: once per rollout")
+
+
+def test_masked_auto_reset_restarts_exactly_the_ended_envs():
+    """simple_spread's sync-free reset: the ended envs get new starts (from one draw for every env), at rest, step
+    0; the others are untouched."""
+    env = SimpleSpreadVecEnv(num_envs=5, device=torch.device("cpu"))
+    env.reset(seed=3)
+    for _ in range(3):
+        env.step(torch.randint(0, 5, (5, env.n_agents)))
+    pos, vel, t = env._pos.clone(), env._vel.clone(), env.t.clone()
+    ended = torch.tensor([False, True, False, False, True])
+    draw = torch.Generator().set_state(env.generator.get_state())
+    fresh = torch.rand(pos.shape[0], 2, 5, generator=draw) * 2 - 1
+    env._respawn(ended)
+    assert torch.equal(env._pos[..., ended], fresh[..., ended]) and torch.equal(env._pos[..., ~ended], pos[..., ~ended])
+    assert torch.equal(env._vel[..., ended], torch.zeros_like(vel[..., ended]))
+    assert torch.equal(env._vel[..., ~ended], vel[..., ~ended])
+    assert env.t.tolist() == [3, 0, 3, 3, 0] and t.tolist() == [3] * 5
+
+
+def test_a_nonfinite_reward_found_at_the_rollouts_end_is_named_as_the_per_step_check_names_it(tmp_path, monkeypatch):
+    """NaN reward of env 1 at episode step 11, simple_spread: the per-step check stops there; the sync-free one at
+    the rollout's end, with the same message (step, env, slot, value, count), also where the NaN made the rollout
+    fail later (an actor that refuses non-finite input)."""
+    advance = SimpleSpreadVecEnv._advance
+
+    def nan_at_step_11(self, actions):
+        final_obs, reward, truncated, ep_return, ep_length = advance(self, actions)
+        reward = torch.where((self.t == 11).unsqueeze(1) & (torch.arange(self.num_envs) == 1).unsqueeze(1),
+                             float("nan"), reward)
+        return final_obs, reward, truncated, ep_return, ep_length
+
+    monkeypatch.setattr(SimpleSpreadVecEnv, "_advance", nan_at_step_11)
+    messages = {}
+    for flag in ("0", "1", "1-later"):
+        monkeypatch.setenv(sync_free.VAR, flag[0])
+        exp = Experiment(config_mod.build_config("mpe/simple_spread", [*TINY, "total_env_steps=360"]),
+                         tmp_path / flag, quiet=True)
+        if flag == "1-later":
+            def refuses_at_step_20(g, s, t, act=exp._learner_act):
+                if t == 19:
+                    raise ValueError("the NaN reached something that refuses it")
+                return act(g, s, t)
+
+            monkeypatch.setattr(exp, "_learner_act", refuses_at_step_20)
+        with pytest.raises(NonFiniteError) as error:
+            exp.run()
+        messages[flag] = str(error.value).replace(str(tmp_path / flag), "RUN_DIR")
+        if flag == "1-later":  # the later failure is kept as the cause
+            causes, e = [], error.value
+            while e is not None:
+                causes.append(type(e))
+                e = e.__cause__
+            assert ValueError in causes, causes
+    assert messages["0"] == messages["1"] == messages["1-later"]
+    assert "non-finite reward (nan) from env 'mpe:simple_spread' at update 1, rollout step 11" in messages["0"]
+    assert "env 1, agent slot 0" in messages["0"] and "(non-finite values: 3)" in messages["0"]
