@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     for setting, c in rows(device, args.quick, not args.no_compile):
         r = run_worker(c, warmup, iters, min_s, max_s, args.timeout, None)
         results.append((setting, r))
-        print(f"  {setting} {c['variant']} E={c['num_envs']}: "
+        print(f"  {c['variant']} E={c['num_envs']}: "
               f"{r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} ({time.perf_counter() - start:.0f} s)",
               flush=True)
     python = jaxmarl_python(args.jaxmarl_python)
