@@ -1,9 +1,25 @@
 import os
 
-import pytest
-import torch
 
+def _pin_worker_to_one_core() -> None:
+    """Under pytest-xdist, each worker (and every thread and process it starts: torch's OpenMP pool, Inductor's C++
+    compiles, the CLI runs of the subprocess tests) on its own core. Unpinned, each worker's runs take every core
+    (`torch_threads=0`) and its compiles start a compile pool of their own: 2 workers on 2 cores then ran 4+ busy
+    threads, and OpenMP's spinning barriers made eager tests 10-30x slower beside a compiling worker (a 1.2 s test
+    took 42 s in CI). Done before torch starts its threads, which inherit the affinity."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if int(count) > 1 and int(count) <= len(cores):
+        os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
+
+
+_pin_worker_to_one_core()
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -315,6 +315,7 @@ class Experiment:
 
         Per step, each group acts for its slots with one batched call and the actions are scattered into
         one [E, N, ...] tensor for env.step (a single group's actions go to the env as they are)."""
+        self.episodes.clear()
         try:
             s = self._collect_steps()
         except Exception as e:

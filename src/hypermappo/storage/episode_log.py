@@ -12,6 +12,10 @@ import torch
 
 class EpisodeLog:
     def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget what was added (a rollout that stopped part-way)."""
         self.done: list[torch.Tensor] = []
         self.returns: list[torch.Tensor] = []
         self.extras: dict[str, tuple[list, list]] = {}  # name -> (done flags, values) of the steps that had it
@@ -26,7 +30,7 @@ class EpisodeLog:
             if v.dim() == 1:  # per-agent extras such as goal_event [E, N] are no episode statistics
                 flags, values = self.extras.setdefault(k, ([], []))
                 flags.append(self.done[-1])
-                values.append(v.float())
+                values.append(v.to(torch.float32, copy=True))
         for name, r in (group_returns or {}).items():
             self.groups.setdefault(name, []).append(r.clone())
 
@@ -44,5 +48,5 @@ class EpisodeLog:
             chosen = torch.stack(values)[torch.stack(flags)].cpu() if finished else None
             if chosen is not None and chosen.numel():
                 extras[k] = chosen
-        self.__init__()
+        self.clear()
         return returns, groups, extras
