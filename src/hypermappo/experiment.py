@@ -8,7 +8,8 @@ step, recurrent states, counters and the logger position.
 
 Faults stop a run loudly and never cost a good checkpoint:
 - Non-finite values (NaN / inf) in the env's rewards, observations or state (checked every env
-  step; on a GPU recorded on the device and read once per rollout, runtime/sync_free.py), in a loss or gradient norm (checked before every optimiser step), in the evaluation return
+  step; on a GPU recorded on the device and read once per rollout, runtime/sync_free.py), in a
+  loss or gradient norm (checked before every optimiser step), in the evaluation return
   or in the weights (checked before every checkpoint) raise `NonFiniteError`: no checkpoint is
   written, so none is rotated away, and summary.json gets `"status": "failed: non-finite ..."` with
   no evaluation numbers. Resuming would repeat the failure, so `resume` refuses such a run.
