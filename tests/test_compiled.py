@@ -426,6 +426,20 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
         resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
 
 
+def nan_reward_at_step_11(monkeypatch) -> None:
+    """simple_spread's reward of env 1 at its 11th episode step made NaN (in the step's branch-free core, so also
+    inside the compiled graphs)."""
+    advance = SimpleSpreadVecEnv._advance
+
+    def nan_at_step_11(self, actions):
+        final_obs, reward, truncated, ep_return, ep_length = advance(self, actions)
+        reward = torch.where((self.t == 11).unsqueeze(1) & (torch.arange(self.num_envs) == 1).unsqueeze(1),
+                             float("nan"), reward)
+        return final_obs, reward, truncated, ep_return, ep_length
+
+    monkeypatch.setattr(SimpleSpreadVecEnv, "_advance", nan_at_step_11)
+
+
 @needs_cxx
 @slow
 @compiles(1)
@@ -434,15 +448,7 @@ def test_nonfinite_reward_inside_a_chunk_names_its_own_step(tmp_path, monkeypatc
     a smaller graph to compile than the run's 8) stops the run with the message the one-step-per-call path gives for
     it."""
     monkeypatch.setattr(collect_step, "CHUNK", 4)
-    advance = SimpleSpreadVecEnv._advance
-
-    def nan_at_step_11(self, actions):  # traced into the graphs: the reward of env 1 at its 11th step is NaN
-        final_obs, reward, truncated, ep_return, ep_length = advance(self, actions)
-        reward = torch.where((self.t == 11).unsqueeze(1) & (torch.arange(self.num_envs) == 1).unsqueeze(1),
-                             float("nan"), reward)
-        return final_obs, reward, truncated, ep_return, ep_length
-
-    monkeypatch.setattr(SimpleSpreadVecEnv, "_advance", nan_at_step_11)
+    nan_reward_at_step_11(monkeypatch)
     messages = {}
     for chunks in ("1", "0"):
         monkeypatch.setenv("HYPERMAPPO_COLLECT_CHUNK", chunks)

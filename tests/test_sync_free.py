@@ -161,15 +161,9 @@ def test_a_nonfinite_reward_found_at_the_rollouts_end_is_named_as_the_per_step_c
     """NaN reward of env 1 at episode step 11, simple_spread: the per-step check stops there; the sync-free one at
     the rollout's end, with the same message (step, env, slot, value, count), also where the NaN made the rollout
     fail later (an actor that refuses non-finite input)."""
-    advance = SimpleSpreadVecEnv._advance
+    from test_compiled import nan_reward_at_step_11
 
-    def nan_at_step_11(self, actions):
-        final_obs, reward, truncated, ep_return, ep_length = advance(self, actions)
-        reward = torch.where((self.t == 11).unsqueeze(1) & (torch.arange(self.num_envs) == 1).unsqueeze(1),
-                             float("nan"), reward)
-        return final_obs, reward, truncated, ep_return, ep_length
-
-    monkeypatch.setattr(SimpleSpreadVecEnv, "_advance", nan_at_step_11)
+    nan_reward_at_step_11(monkeypatch)
     messages = {}
     for flag in ("0", "1", "1-later"):
         monkeypatch.setenv(sync_free.VAR, flag[0])
