@@ -173,7 +173,7 @@ MUTATIONS += [
       "return [{k: v[0, :1].expand_as(v[0]) for k, v in g.items()} for g in gens]",
       ("tests/test_hyper.py::test_agent_id_context_gives_each_agent_its_own_policy",),
       "every agent gets agent 0's delta"),
-    M("batch_generator_not_restored", EXP, '        self.batch_generator.set_state(rng["batch"].cpu())\n', "",
+    M("batch_generator_not_restored", EXP, '        restore(self.batch_generator, rng["batch"], "mini-batch")\n', "",
       (RESUME_ALL,), "mini-batch order differs after resume"),
     # --- the issue's defects, each with its test
     M("target_without_alpha_accepted", CONFIG, 'if h.target != "none" and h.alpha == 0 and "hyper.target" not in out:',

@@ -16,7 +16,7 @@ from hypermappo import config as config_mod
 from hypermappo.algos.coplayer_bayes import GoalBelief, calibration
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
-from hypermappo.models.coplayer_goal import bayes_update, carry, predictive, switch
+from hypermappo.models.coplayer_goal import bayes_update, carry, coplayer_seats, predictive, switch
 
 BAYES = ["coplayer.enabled=true", "coplayer.hidden=16", "model.hidden_sizes=[16,16]", "coplayer.replay_size=512",
          "coplayer.steps=2", "coplayer.batch_size=64"]
@@ -35,6 +35,10 @@ class Planted:
 
     def all_coplayers(self, obs, prev, slots):
         return self.log_pi
+
+    def coplayer_log_probs(self, obs, prev, slots):  # what GoalBelief reads: the co-players' seats
+        k = torch.arange(slots.numel()).unsqueeze(-1)
+        return self.log_pi[:, k, coplayer_seats(slots, self.n_slots)]
 
 
 # --------------------------------------------------------------------------- the arithmetic
@@ -409,7 +413,8 @@ def test_the_online_correction_is_one_normalised_logistic_regression_step_per_ob
     with torch.no_grad():
         _, log_pred = b.begin(obs)
         plain, h = hidden_of_coplayer()
-    assert torch.allclose(b.log_pi[..., :-1, :], plain[..., :-1, :]), "W = 0: the policies as the network gives them"
+    # b.log_pi holds the co-players' seats only ([E, K, N - 1, G, A]): learner 0's seat 0 is env slot 1
+    assert torch.allclose(b.log_pi[:, :, 0, :-1], plain[:, :, 1, :-1]), "W = 0: the policies as the network gives them"
     p = log_pred[:, 0, 1].exp()  # [E, A]
     b.observe(torch.tensor([[0, 2], [0, 1]]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
     for e, a in ((0, 2), (1, 1)):
@@ -419,7 +424,7 @@ def test_the_online_correction_is_one_normalised_logistic_regression_step_per_ob
         b.begin(obs)
         plain, h = hidden_of_coplayer()
     shift = torch.einsum("eh,eah->ea", h, b.W[:, 0, 0])  # every goal's logits move by W h
-    torch.testing.assert_close(b.log_pi[:, 0, 1, :-1], (plain[:, 0, 1, :-1] + shift.unsqueeze(1)).log_softmax(-1))
+    torch.testing.assert_close(b.log_pi[:, 0, 0, :-1], (plain[:, 0, 1, :-1] + shift.unsqueeze(1)).log_softmax(-1))
     b.reset(torch.tensor([True, False]))
     assert b.W[0].abs().sum() == 0 and b.W[1].abs().sum() > 0, "a new partner starts uncorrected; the other env keeps W"
     off = GoalBelief(model, torch.tensor([0]), 2, alpha=0.0, hazard=0.0, persistent=False, online_lr=lr)

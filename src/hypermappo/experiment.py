@@ -66,6 +66,7 @@ from hypermappo.logging import RunLogger
 from hypermappo.policies.groups import build_groups, evaluate_groups
 from hypermappo.report import run_summary
 from hypermappo.runtime import progress, sync_free
+from hypermappo.runtime.device_rng import restore
 from hypermappo.runtime.nonfinite_watch import NonFiniteWatch
 from hypermappo.runtime.run_dir import RunDirClaim
 from hypermappo.runtime.run_lock import RunDirLock
@@ -899,7 +900,7 @@ class Experiment:
         torch.set_rng_state(rng["torch"].cpu())
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
-        self.batch_generator.set_state(rng["batch"].cpu())
+        restore(self.batch_generator, rng["batch"], "mini-batch")
         if rng.get("cuda") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in rng["cuda"]])
         if sd.get("audit") is not None and self.audit is not None:

@@ -26,6 +26,7 @@ import gymnasium as gym
 import torch
 import torch.nn.functional as F
 
+from hypermappo.algos.adam import adam
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.models.coplayer import BeliefActor, CoplayerModel, belief_dim
 
@@ -135,7 +136,7 @@ class CoplayerLearner:
             torch.manual_seed(seed + SEED_OFFSET)
             self.model = build_model(cfg, env_spec).to(device)
         self.trains = any(w > 0 for w in (c.action_weight, c.goal_weight, c.subgoal_weight))
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
+        self.opt = adam(self.model.parameters(), device, lr=c.lr, eps=cfg.ppo.adam_eps)
         self.fed = belief_dim(cfg, env_spec) > 0
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.others = ~F.one_hot(self.slots, N).bool()  # [K, N]: who is a co-player of learner agent k

@@ -25,9 +25,12 @@ belief vs the label, from step 5 on), Brier score and expected calibration error
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
+from hypermappo.algos.adam import adam
 from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.kernels import online_correction
@@ -126,15 +129,20 @@ class GoalBelief:
         """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], None unless `features`; log predicted
         action [E, K, N, A])."""
         prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
+        # the co-players only ([E, K, N - 1, ...], `coplayer_seats` order): a learner's own slot is never predicted
         if self.W is None:
-            log_pi = self.model.all_coplayers(obs, prev, self.slots)  # [E, K, N, G, A]
+            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots)  # [E, K, N - 1, G, A]
         else:
-            log_pi = self.model.all_coplayers(obs, prev, self.slots, self._correct)
-        habit = ((self.counts + 1.0) / (self.counts.sum(-1, keepdim=True) + self.A)).log()  # [E, K, N, A]
+            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, self._correct)
+        counts = self.counts[:, self.seat_k, self.seat]  # [E, K, N - 1, A]
+        habit = ((counts + 1.0) / (counts.sum(-1, keepdim=True) + self.A)).log()
         self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
-        log_pred = predictive(self.log_b, self.log_pi)
+        pred = predictive(self.log_b[:, self.seat_k, self.seat], self.log_pi)  # [E, K, N - 1, A]
         if self.W is not None:  # the online correction's error term needs the predicted distribution
-            self.pred = log_pred[:, self.seat_k, self.seat].exp()  # [E, K, N - 1, A]
+            self.pred = pred.exp()
+        E, K = obs.shape[0], self.seat.shape[0]
+        log_pred = pred.new_full((E, K, self.N, self.A), -math.log(self.A)).scatter(  # own slots: uniform
+            2, self.seat.view(1, K, -1, 1).expand_as(pred), pred)
         if not features:  # an actor that does not read the belief: only the prediction is scored
             return None, log_pred
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
@@ -153,14 +161,19 @@ class GoalBelief:
         event [E, N] the goal each slot completed at this step (-1: none; the env's public `goal_event`): a
         co-player that has just reached a goal picks its next one afresh, so its belief moves `event_reset` of the
         way back to the episode's prior (what is known of this partner, not what it was just doing)."""
-        like = self.log_pi.gather(-1, actions.view(actions.shape[0], 1, self.N, 1, 1).expand(
-            -1, self.log_pi.shape[1], -1, self.G, 1)).squeeze(-1)  # [E, K, N, G]
+        # the Bayes update at the co-players' slots ([E, K, N - 1, ...], as `begin`); a learner's own slot keeps its
+        # belief (the uniform prior: nothing updates it)
+        cp = (slice(None), self.seat_k, self.seat)
+        moves = actions[:, self.seat]  # [E, K, N - 1]
+        like = self.log_pi.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.G, 1)).squeeze(-1)  # [.., G]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
-        post = switch(bayes_update(self.log_b, like), self.prior, self.hazard)
+        log_b, prior = self.log_b[cp], self.prior[cp]
+        post = switch(bayes_update(log_b, like), prior, self.hazard)
         if event is not None and self.event_reset > 0:
-            done_goal = (event >= 0).view(event.shape[0], 1, self.N, 1)  # [E, 1, N, 1]
-            post = torch.where(done_goal, switch(post, self.prior, self.event_reset), post)
-        self.log_b = torch.where(seen.unsqueeze(-1), post, self.log_b)
+            done_goal = (event >= 0)[:, self.seat].unsqueeze(-1)  # [E, K, N - 1, 1]
+            post = torch.where(done_goal, switch(post, prior, self.event_reset), post)
+        updated = torch.where(seen[cp].unsqueeze(-1), post, log_b)
+        self.log_b = self.log_b.scatter(2, self.seat.view(1, *self.seat.shape, 1).expand_as(updated), updated)
         moved = F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1)  # [E, 1, N, A]
         self.counts = self.counts + moved * seen.unsqueeze(-1)
         if self.W is not None:  # one step of online logistic regression: d log p(a) / d logits ~ onehot(a) - p,
@@ -233,7 +246,7 @@ class BayesCoplayer:
             self.model = build_goal_policy(cfg, env_spec).to(device)
         self.G, self.A = self.model.n_goals, self.model.n_actions
         self.trains = c.action_weight > 0
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=cfg.ppo.adam_eps, foreach=True)
+        self.opt = adam(self.model.parameters(), device, lr=c.lr, eps=cfg.ppo.adam_eps)
         self.sampler = torch.Generator().manual_seed(seed + SEED_OFFSET + REPLAY_SEED_OFFSET)
         self.fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
@@ -351,9 +364,11 @@ class BayesCoplayer:
         self.replay_pos = (self.replay_pos + n) % cap
         self.replay_fill = min(cap, self.replay_fill + n)
 
-    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B])."""
-        log_pi = self.model.log_probs(batch["obs"].float(), batch["target"], batch["prev"])  # [B, G, A]
+    def _loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B]) (`normed`: the
+        batch's `GoalPolicy.normed_inputs`, if computed already)."""
+        log_pi = self.model.log_probs(batch["obs"].float(), batch["target"], batch["prev"], normed)  # [B, G, A]
         log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
         return nll, (log_pi_g.argmax(-1) == batch["action"])
@@ -407,10 +422,12 @@ class BayesCoplayer:
             # every step's mini-batch drawn and gathered at once (the same draws as one call per step)
             idx = torch.randint(self.replay_fill, (c.steps, B), generator=self.sampler).to(self.replay["target"].device)
             batches = {k: v[idx] for k, v in self.replay.items()}  # [steps, B, ...]
+            # the views and the input LayerNorm read no parameter: once for every step's samples
+            normed = self.model.normed_inputs(batches["obs"].float(), batches["target"])
             checks = []
             for step in range(c.steps):
                 batch = {k: v[step] for k, v in batches.items()}
-                nll, _ = self._loss(batch)
+                nll, _ = self._loss(batch, normed[step])
                 # a goal known from the partner's own rule counts fully, a hindsight guess hindsight_weight
                 w = torch.where(batch["known"], 1.0, c.hindsight_weight)
                 loss = c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)

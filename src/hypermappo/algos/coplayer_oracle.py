@@ -59,3 +59,11 @@ class OracleGoalPolicy:
         uniform = torch.full_like(logp[..., :1, :], -math.log(A))
         out = torch.cat([logp, uniform], -2)  # [E, N, G, A]
         return out.unsqueeze(1).expand(-1, slots.numel(), -1, -1, -1)
+
+    def coplayer_log_probs(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """-> log pi [E, K, N - 1, G, A]: `all_coplayers` at each observer's co-players (`coplayer_seats` order)."""
+        from hypermappo.models.coplayer_goal import coplayer_seats
+
+        seat = coplayer_seats(slots, self.n_slots)
+        k = torch.arange(slots.numel(), device=obs.device).unsqueeze(-1)
+        return self.all_coplayers(obs, prev, slots)[:, k, seat]

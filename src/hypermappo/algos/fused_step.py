@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos import micro_batch
+from hypermappo.algos.adam import step_tensor
 from hypermappo.algos.norms import global_norm
 
 
@@ -72,7 +73,7 @@ class FusedMinibatchStep:
         for opt, _, group_params in self.plan:
             for _, p in group_params:
                 if not opt.state[p]:
-                    opt.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
+                    opt.state[p] = {"step": step_tensor(opt, p), "exp_avg": torch.zeros_like(p),
                                     "exp_avg_sq": torch.zeros_like(p)}
         # per group: whether its parameters share one step count (they do unless a checkpoint or warm start gave some
         # a count of their own; they step together from here on): then the bias corrections are computed once for the

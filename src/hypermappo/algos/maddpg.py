@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.algos.adam import adam
 from hypermappo.algos.mappo import masked_mean
 from hypermappo.algos.norms import grad_norm
 from hypermappo.errors import NonFiniteError, UserError
@@ -113,8 +114,9 @@ class MADDPG:
             self.low, self.high, self.half_range = low, high, (high - low) / 2  # [A] each
         self.target_actor = copy.deepcopy(actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(critic).requires_grad_(False)
-        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=c.lr_actor, foreach=True)
-        self.critic_opt = torch.optim.Adam(critic.parameters(), lr=c.lr_critic, foreach=True)
+        device = next(actor.parameters()).device  # foreach on CPU, fused + capturable on CUDA (algos/adam.py)
+        self.actor_opt = adam(actor.parameters(), device, lr=c.lr_actor)
+        self.critic_opt = adam(critic.parameters(), device, lr=c.lr_critic)
         self.gradient_steps = 0  # over the whole run (checkpointed)
         self.last_steps = 0  # gradient steps of the latest `update` call
         self.recurrent = False

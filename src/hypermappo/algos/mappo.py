@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos import micro_batch
+from hypermappo.algos.adam import adam
 from hypermappo.algos.norms import grad_norm
 from hypermappo.algos.value_norm import build_value_norm
 from hypermappo.config import data_chunk_length
@@ -41,15 +42,14 @@ class MAPPO:
     def __init__(self, actor: nn.Module, critic: nn.Module, cfg, compiled: bool = False):
         self.actor, self.critic, self.cfg = actor, critic, cfg
         p = cfg.ppo
-        # foreach: one kernel per step for all tensors instead of a Python loop (same values on CPU)
-        self.actor_opt = torch.optim.Adam(actor.optimizer_groups(p.lr_actor), lr=p.lr_actor, eps=p.adam_eps,
-                                          weight_decay=p.weight_decay, foreach=True)
-        self.critic_opt = torch.optim.Adam(critic.optimizer_groups(p.lr_critic), lr=p.lr_critic, eps=p.adam_eps,
-                                           weight_decay=p.weight_decay, foreach=True)
+        device = next(critic.parameters()).device  # foreach on CPU, fused + capturable on CUDA (algos/adam.py)
+        self.actor_opt = adam(actor.optimizer_groups(p.lr_actor), device, lr=p.lr_actor, eps=p.adam_eps,
+                              weight_decay=p.weight_decay)
+        self.critic_opt = adam(critic.optimizer_groups(p.lr_critic), device, lr=p.lr_critic, eps=p.adam_eps,
+                               weight_decay=p.weight_decay)
         for opt in (self.actor_opt, self.critic_opt):
             for group in opt.param_groups:
                 group.setdefault("initial_lr", group["lr"])
-        device = next(critic.parameters()).device
         self.value_norm = build_value_norm(p.value_norm, critic.head).to(device)
         self.recurrent = actor.hidden_size > 0 or critic.hidden_size > 0
         # ppo.micro_batch_size (algos/micro_batch.py): large mini-batches in cache-sized row blocks, where exact

@@ -86,24 +86,35 @@ class GoalPolicy(nn.Module):
         return torch.logaddexp(logp + torch.log1p(torch.tensor(-self.floor)),
                                torch.full_like(logp, float(torch.log(torch.tensor(self.floor / self.n_actions)))))
 
-    def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-        """obs_in(norm(obs)) + target_in(target) + prev_in(prev): [..., H]. The two embeddings and obs_in's bias are
-        one small table [N * (A + 1), H] read once per row, added by the product itself where obs has a row per
-        (target, prev) (one pass over the [rows, H] activations instead of four)."""
+    def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
+                     normed: bool = False) -> torch.Tensor:
+        """obs_in(norm(obs)) + target_in(target) + prev_in(prev): [..., H] (`normed`: obs is norm(obs) already,
+        `normed_inputs`). The two embeddings and obs_in's bias are one small table [N * (A + 1), H] read once per
+        row, added by the product itself where obs has a row per (target, prev) (one pass over the [rows, H]
+        activations instead of four)."""
         H = self.obs_in.out_features
         table = (self.target_in.weight[:, None] + self.prev_in.weight[None] + self.obs_in.bias).reshape(-1, H)
         rows = F.embedding(target * (self.n_actions + 1) + prev, table)  # [..., H]
-        x = self.norm(obs * self.keep)
+        x = obs if normed else self.norm(obs * self.keep)
         if x.shape[:-1] != rows.shape[:-1]:  # one observation per observer, broadcast over its co-players
             return F.linear(x, self.obs_in.weight) + rows
         return torch.addmm(rows.reshape(-1, H), x.reshape(-1, x.shape[-1]), self.obs_in.weight.t()).view(rows.shape)
 
-    def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+    def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
+                  normed: torch.Tensor | None = None) -> torch.Tensor:
         """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
-        -> log pi [B, G, A]."""
+        -> log pi [B, G, A]. `normed`: `normed_inputs(obs, target)`, computed earlier (obs is then not read)."""
+        if normed is None:
+            normed = self.normed_inputs(obs, target)
+        return self._log_probs(self._first_layer(normed, target, prev, normed=True))
+
+    def normed_inputs(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The first layer's parameter-free part: the co-player's view (`view`), the observer's identity features
+        dropped, LayerNorm without affine: [..., D]. No parameter is read, so a training loop computes it once for
+        every step's samples rather than once per step."""
         if self.view is not None:
             obs = self.view(obs, target)
-        return self._log_probs(self._first_layer(obs, target, prev))
+        return self.norm(obs * self.keep)
 
     def all_coplayers(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,
                       adjust=None) -> torch.Tensor:
@@ -113,6 +124,16 @@ class GoalPolicy(nn.Module):
         given, rewrites the co-players' log pi [E, K, N - 1, G, A] (in `coplayer_seats` order) from the last hidden
         layer [E, K, N - 1, H] before they are placed (GoalBelief's online correction), at no cost for the
         learner's own slots."""
+        e, k, n = obs.shape[0], obs.shape[1], self.n_slots
+        seat = coplayer_seats(slots, n)  # [K, N - 1] the co-players' env slots
+        logp = self.coplayer_log_probs(obs, prev, slots, adjust)  # [E, K, N - 1, G, A]
+        out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
+        return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
+
+    def coplayer_log_probs(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,
+                           adjust=None) -> torch.Tensor:
+        """As `all_coplayers`, for the co-players only, in `coplayer_seats` order: log pi [E, K, N - 1, G, A] (what
+        the belief computes with: no work for the learners' own slots)."""
         e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
         rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
         seat = coplayer_seats(slots, n)  # [K, N - 1] their env slots
@@ -125,8 +146,7 @@ class GoalPolicy(nn.Module):
         logp = self._log_probs(self._first_layer(seen, target, prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
         if adjust is not None:
             logp = adjust(logp, hidden[0])
-        out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
-        return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
+        return logp
 
 
 def coplayer_seats(slots: torch.Tensor, n: int) -> torch.Tensor:

@@ -40,8 +40,6 @@ from hypermappo.errors import UserError
 from hypermappo.policies.loaded import load_frozen_actor  # a trained run's actor for a frozen group (loaded.py)
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
-
-# the groups as configured (specs.py); imported here also for the callers that know them as groups' names
 from hypermappo.policies.specs import (  # noqa: F401
     GroupSpec,
     Phase,
@@ -53,6 +51,9 @@ from hypermappo.policies.specs import (  # noqa: F401
     sub_spec,
     widened_spec,
 )
+
+# the groups as configured (specs.py); imported here also for the callers that know them as groups' names
+from hypermappo.runtime.device_rng import device_generator, restore
 
 
 class Learner:
@@ -95,7 +96,7 @@ class Learner:
         self.chunk_note = (f"ppo.data_chunk_length: auto = {L} (the largest divisor of rollout_length {T} up to "
                            f"{CHUNK_AUTO_MAX})" if self.algo.recurrent and cfg.ppo.data_chunk_length == "auto" else None)
         self.micro_note = micro_batch.describe(cfg, T * num_envs, spec.num_agents)  # for the run header
-        self.batch_generator = torch.Generator().manual_seed(batch_seed)
+        self.batch_generator = device_generator(batch_seed, device)  # mini-batch draws on the run's device
         space = spec.action_space
         action_shape, action_dtype = action_layout(space)
         n_avail = int(space.n) if spec.has_available_actions else 0
@@ -144,7 +145,7 @@ class Learner:
         self.critic = QCritic(spec, cfg).to(device)
         self.algo = MADDPG(self.actor, self.critic, cfg, spec)
         self.death = "agent"  # a dead agent's target ends at its death; its later steps are masked out
-        self.batch_generator = torch.Generator().manual_seed(batch_seed)  # replay sampling
+        self.batch_generator = device_generator(batch_seed, device)  # replay sampling, on the run's device
         action_shape, action_dtype = action_layout(spec.action_space)
         n_avail = int(spec.action_space.n) if spec.has_available_actions else 0
         self.buffer = ReplayBuffer(cfg.maddpg.buffer_size, spec.num_agents, spec.obs_dim, spec.state_dim,
@@ -181,7 +182,7 @@ class Learner:
         self.actor.load_state_dict(sd["actor"])
         self.critic.load_state_dict(sd["critic"])
         self.algo.load_state_dict(sd["algo"])
-        self.batch_generator.set_state(sd["batch"].cpu())
+        restore(self.batch_generator, sd["batch"], "mini-batch")
         self.diagnostics.load_state_dict(sd["diagnostics"])
         self.updates_done = sd["updates_done"]
         if self.off_policy:

@@ -54,7 +54,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """`batch_size` rows drawn uniformly with replacement from the filled part -> each field [B, ...]."""
-        idx = torch.randint(0, self.size, (batch_size,), generator=generator).to(self.device)  # [B]
+        idx = torch.randint(0, self.size, (batch_size,), generator=generator,  # [B], where the generator lives
+                            device=generator.device).to(self.device)
         return {name: store[idx] for name, store in self.data.items()}
 
     def state_dict(self) -> dict:

@@ -45,6 +45,13 @@ def shuffled_minibatches(fields: dict[str, torch.Tensor], indices: list) -> list
     return [{k: parts[k][m] for k in fields} for m in range(len(indices))]
 
 
+
+def draw_perm(n: int, generator: torch.Generator | None, device) -> torch.Tensor:
+    """A permutation of n drawn where the generator lives (the run's device: runtime/device_rng.py), moved to the
+    buffer's device (a no-op then): no host-to-device copy per update on a GPU."""
+    on = generator.device if generator is not None else device
+    return torch.randperm(n, generator=generator, device=on).to(device)
+
 class RolloutBuffer:
     def __init__(self, T: int, E: int, N: int, obs_dim: int, state_dim: int, action_shape: tuple,
                  action_dtype: torch.dtype, n_actions_avail: int = 0, params_dim: int = 0,
@@ -118,12 +125,12 @@ class RolloutBuffer:
         irrelevant for a single full batch, so no permutation is drawn) or num_mini_batch index tensors."""
         if num_mini_batch == 1:
             return [None]
-        return list(torch.randperm(self.T * self.E, generator=generator).to(self.obs.device).chunk(num_mini_batch))
+        return list(draw_perm(self.T * self.E, generator, self.obs.device).chunk(num_mini_batch))
 
     def _agent_batches(self, rows: dict, total: int, num_mini_batch: int, generator: torch.Generator | None,
                        starts: dict | None = None, dim: int = 0):
         """Mini-batches of (row, agent) pairs: rows [.., total (at `dim`), N, ...] -> touched rows + `selected`."""
-        perm = torch.randperm(total * self.N, generator=generator).to(self.obs.device)
+        perm = draw_perm(total * self.N, generator, self.obs.device)
         for idx in perm.chunk(num_mini_batch):
             selected = torch.zeros(total, self.N, dtype=torch.bool, device=self.obs.device)  # [rows, N]
             selected.view(-1)[idx] = True
@@ -155,7 +162,7 @@ class RolloutBuffer:
         if over == "agents" and num_mini_batch > 1:
             yield from self._agent_batches(chunked, total, num_mini_batch, generator, starts, dim=1)
             return
-        perm = torch.randperm(total, generator=generator).to(self.obs.device) if num_mini_batch > 1 else None
+        perm = draw_perm(total, generator, self.obs.device) if num_mini_batch > 1 else None
         for idx in (perm.chunk(num_mini_batch) if perm is not None else [None]):
             if idx is None:
                 yield {**chunked, **starts}
