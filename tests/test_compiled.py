@@ -350,16 +350,14 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         assert fused == {"forward": 0, "backward": 0, "bias": 0}, fused
     if actor.startswith("hyper-obs"):  # the C attention kernel ran inside the compiled graphs
         assert comp_summary["attention_kernel"] == eager_summary["attention_kernel"] == "fused"
-    if actor == "mlp":  # and the compiled run resumes exactly (its graphs: from the cache)
-        from test_resume import resumed_from_update_2_matches
-
-        resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
+    # (a compiled run's exact resume, its update graph with a decaying learning rate included: the collection-graph
+    # test below, whose compiled run compiles the mini-batch step too)
 
 
 COLLECT_ACTORS = {"mlp": (["actor=mlp"], collect_step.CHUNK),  # the run's chunks of 8 steps
-                  # the smoothness term's previous observation is a buffer row the graph writes too (chunks of 4: a
-                  # smaller graph to compile)
-                  "hyper-obs-smooth": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"], 4)}
+                  # the smoothness term's previous observation is a buffer row the graph writes too (chunks of 2: a
+                  # smaller graph to compile; the previous observation is still a row the chunk itself wrote)
+                  "hyper-obs-smooth": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"], 2)}
 
 
 @needs_cxx
@@ -367,7 +365,7 @@ COLLECT_ACTORS = {"mlp": (["actor=mlp"], collect_step.CHUNK),  # the run's chunk
 @pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
-    per step, and runs of 8 steps (4 for Hyper-MAPPO) in which no episode ends as one graph call, give the eager
+    per step, and runs of 8 steps (2 for Hyper-MAPPO) in which no episode ends as one graph call, give the eager
     run's rollout buffer (every row the graphs write and those written after the env step), logged statistics and
     weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between
     graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The compiled run then
@@ -395,10 +393,10 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
     (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \
         runs["off"], runs["on"]
     assert (e_graphs, c_graphs) == (0, 3)  # the collection step, its chunk of steps and the mini-batch step
-    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 13 runs of 8 (29 of 4) without an end, among them ones
+    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 13 runs of 8 (64 of 2) without an end, among them ones
     # right after an episode's end (its reset mask set), ones over rows an earlier rollout ended at, and chances with
     # fewer steps than a chunk left before an end or before the rollout's (single steps there)
-    assert chunks == {8: 13, 4: 29}[chunk]
+    assert chunks == {8: 13, 2: 64}[chunk]
     assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
                                 f"core); {chunk} steps per call where no episode can end") and "collect" not in e_sum
     assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
