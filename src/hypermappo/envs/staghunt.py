@@ -108,12 +108,13 @@ def window_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: i
     dr = torch.where(keep, 0, at // w - r)
     dc = torch.where(keep, 0, at % w - r)
     steps = torch.arange(w, device=o.device)
-    # stags and hares: new[a, b] = old[a + dr, b + dc], empty beyond the observer's window
-    q = w + 2 * r
-    padded = F.pad(o[:, lead_dim + ww:lead_dim + 3 * ww].view(b, 2, w, w), (r, r, r, r)).view(b, 2 * q * q)
-    rows, cols = (dr.view(b, 1) + r + steps), (dc.view(b, 1) + r + steps)  # [B, W]
-    cell = (rows.unsqueeze(-1) * q + cols.unsqueeze(-2)).view(b, 1, ww)
-    prey = padded.gather(1, torch.cat([cell, cell + q * q], 1).view(b, 2 * ww))  # [B, 2 * W*W]
+    # stags and hares: new[a, b] = old[a + dr, b + dc], empty beyond the observer's window (gathered from the window
+    # itself, cells beyond it masked: no padded copy of every row)
+    rows, cols = dr.view(b, 1) + steps, dc.view(b, 1) + steps  # [B, W] in the observer's window
+    inside = (((rows >= 0) & (rows < w)).unsqueeze(-1) & ((cols >= 0) & (cols < w)).unsqueeze(-2)).view(b, 1, ww)
+    cell = (rows.clamp(0, w - 1).unsqueeze(-1) * w + cols.clamp(0, w - 1).unsqueeze(-2)).view(b, 1, ww)
+    prey = o[:, lead_dim + ww:lead_dim + 3 * ww].gather(1, torch.cat([cell, cell + ww], 1).view(b, 2 * ww))
+    prey = torch.where(inside.expand(b, 2, ww).reshape(b, 2 * ww), prey, 0.0)  # [B, 2 * W*W]
     # the observer, seen from the partner: at offset (-dr, -dc)
     me = F.one_hot((r - dr) * w + (r - dc), ww).to(o.dtype)
     me = torch.where(keep.unsqueeze(-1), hunters, me)
