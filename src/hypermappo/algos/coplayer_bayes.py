@@ -44,6 +44,7 @@ from hypermappo.models.coplayer_goal import (
     predictive,
     switch,
 )
+from hypermappo.runtime.device_rng import device_generator, restore
 
 REPLAY_SEED_OFFSET = 7_919  # the replay sampler's generator: run seed + this (+ the learner's offset)
 GOAL_NOT_GIVEN = -2  # scripted_goal: nothing written for this slot (policies/population.py)
@@ -247,7 +248,7 @@ class BayesCoplayer:
         self.G, self.A = self.model.n_goals, self.model.n_actions
         self.trains = c.action_weight > 0
         self.opt = adam(self.model.parameters(), device, lr=c.lr, eps=cfg.ppo.adam_eps)
-        self.sampler = torch.Generator().manual_seed(seed + SEED_OFFSET + REPLAY_SEED_OFFSET)
+        self.sampler = device_generator(seed + SEED_OFFSET + REPLAY_SEED_OFFSET, device)  # replay draws on the device
         self.fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
@@ -368,7 +369,8 @@ class BayesCoplayer:
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B]) (`normed`: the
         batch's `GoalPolicy.normed_inputs`, if computed already)."""
-        log_pi = self.model.log_probs(batch["obs"].float(), batch["target"], batch["prev"], normed)  # [B, G, A]
+        obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
+        log_pi = self.model.log_probs(obs, batch["target"], batch["prev"], normed)  # [B, G, A]
         log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
         return nll, (log_pi_g.argmax(-1) == batch["action"])
@@ -420,7 +422,7 @@ class BayesCoplayer:
         if self.trains and self.replay_fill:
             B = min(c.batch_size, self.replay_fill)
             # every step's mini-batch drawn and gathered at once (the same draws as one call per step)
-            idx = torch.randint(self.replay_fill, (c.steps, B), generator=self.sampler).to(self.replay["target"].device)
+            idx = torch.randint(self.replay_fill, (c.steps, B), generator=self.sampler, device=self.sampler.device)
             batches = {k: v[idx] for k, v in self.replay.items()}  # [steps, B, ...]
             # the views and the input LayerNorm read no parameter: once for every step's samples
             normed = self.model.normed_inputs(batches["obs"].float(), batches["target"])
@@ -457,7 +459,7 @@ class BayesCoplayer:
     def load_state_dict(self, sd: dict, with_memory: bool) -> None:
         self.model.load_state_dict(sd["model"])
         self.opt.load_state_dict(sd["opt"])
-        self.sampler.set_state(sd["sampler"].cpu())
+        restore(self.sampler, sd["sampler"], "co-player replay")
         n = sd["replay"]["target"].shape[0]
         for k, v in sd["replay"].items():
             self.replay[k][:n] = v

@@ -40,6 +40,8 @@ from hypermappo.errors import UserError
 from hypermappo.policies.loaded import load_frozen_actor  # a trained run's actor for a frozen group (loaded.py)
 from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
+
+# the groups as configured (specs.py); imported here also for the callers that know them as groups' names
 from hypermappo.policies.specs import (  # noqa: F401
     GroupSpec,
     Phase,
@@ -51,8 +53,6 @@ from hypermappo.policies.specs import (  # noqa: F401
     sub_spec,
     widened_spec,
 )
-
-# the groups as configured (specs.py); imported here also for the callers that know them as groups' names
 from hypermappo.runtime.device_rng import device_generator, restore
 
 
