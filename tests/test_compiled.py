@@ -55,6 +55,10 @@ ACTORS = {  # the default actors of the compiled path
     "mlp-hyper-critic": ["actor=mlp", "critic.arch=hyper", "critic.hyper_hidden=16"],
 }
 ONE = ["ppo.num_mini_batch=1"]  # one mini-batch step per update graph: half the graph of two unrolled steps
+# One hidden layer per network where a test is about something other than how hidden blocks chain (collection
+# graphs, non-finite steps, unrolled steps, micro-batches, the hypernetwork's context): about a quarter less to compile
+# than two. The variants that check the passes over hidden-to-hidden products keep two.
+ONE_LAYER = ["model.hidden_sizes=[16]"]
 # Variants compared with the eager run beyond the default actors, each with the graph passes it forces at every
 # product their rules admit (not where a timed probe finds them faster: probe.py). Each compiles one mini-batch step
 # per update graph (ONE), as the default actors do here, but for the micro-batch and uneven variants: graphs of
@@ -64,7 +68,7 @@ EQUAL_TOO = {
     # JaxMARL's IPPO network (Tanh, no LayerNorm): every hidden product's bias added in its Tanh's kernel
     # (bias_epilogue.py); the compiled path decomposes tanh into exp (compile/decision.py): same values to rounding
     "mlp-tanh-no-norm": (["actor=mlp", "model.activation=tanh", "model.layer_norm=false", "model.feature_norm=false",
-                          *ONE], {"bias-epilogue"}),
+                          *ONE, *ONE_LAYER], {"bias-epilogue"}),
     # the hidden blocks' LayerNorm(act) C kernel (kernels/act_norm.py) inside the compiled graphs, against the eager
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one), and
     # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows): not with oneDNN forced,
@@ -74,7 +78,7 @@ EQUAL_TOO = {
     # (algos/micro_batch.py: a graph per block and one for clipping + Adam), with the LayerNorm(act) and
     # weight-gradient kernels in the block graph
     "hyper-obs-micro-act-norm-weight-grad": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto",
-                                             "ppo.micro_batch_size=16"], {"act-norm", "weight-grad"}),
+                                             "ppo.micro_batch_size=16", *ONE_LAYER], {"act-norm", "weight-grad"}),
     # 64-wide ReLU blocks: their products fused with the LayerNorm(act) kernel (linear_act_norm.py), both directions
     "mlp-linear-act-norm": (["actor=mlp", "model.hidden_sizes=[64,64]", *ONE], {"linear-act-norm", "act-norm"}),
     # and Hyper-MAPPO's per-agent blocks (agent-id context: one product per agent, bmm / baddbmm), the weight
@@ -146,7 +150,8 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     Dynamo only; nothing is compiled). The Adam step: one graph per optimiser, between the two graph breaks that
     torch.optim's step wrapper inserts on purpose around its no-grad region."""
     env = "mpe/simple_spread" if actor.startswith("mlp") else "staghunt/default"
-    exp = Experiment(cfg_of(env, ["ppo.compile=on", "total_env_steps=80", *ACTORS[actor]]), tmp_path / "r", quiet=True)
+    exp = Experiment(cfg_of(env, ["ppo.compile=on", "total_env_steps=80", *ACTORS[actor], *ONE_LAYER]), tmp_path / "r",
+                     quiet=True)
     L = exp.primary
     assert L.compiled
     exp._start_episodes()
@@ -261,9 +266,9 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # must not run one shape's graph on another; every row-major product through oneDNN (onednn_gemm.py; by default
     # only those of >= 32,768 rows); and a decaying learning rate, which enters the compiled mini-batch step as a
     # tensor: it must not be baked into the graph. (Its graphs without forced passes: the collection test's.)
-    overrides, forced = [*ACTORS.get(actor, []), *ONE], set()
+    overrides, forced = [*ACTORS.get(actor, []), *ONE, *ONE_LAYER], set()
     if actor == "mlp":
-        overrides, forced = ["actor=mlp", "ppo.num_mini_batch=3", "ppo.lr_decay=true"], {"onednn"}
+        overrides, forced = ["actor=mlp", "ppo.num_mini_batch=3", "ppo.lr_decay=true", *ONE_LAYER], {"onednn"}
     if actor in EQUAL_TOO:
         overrides, forced = EQUAL_TOO[actor]
     # a pass whose rewrites are counted needs a key no cached graph has (a graph from the cache would skip it)
@@ -319,21 +324,23 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     assert "compile_s" not in eager_summary
     assert comp_summary["weight_grad"] == weight_grad.status() and "weight_grad" not in eager_summary
     if "onednn" in forced:
-        # every row-major product of the graphs: collection's 6 forwards, and in each update graph 6 forwards and 4
-        # input gradients (none for the first layers: the input LayerNorm
-        # is folded into them, agent_layers.fold_norm)
-        assert onednn_gemm.PASS.rewritten - rewritten == 6 + 2 * 10  # two update graphs: 14 and 13 rows
+        # every row-major product of the graphs (one hidden layer per network): collection's 4 forwards (hidden
+        # layer and head of the actor and of the critic), and in each update graph those 4 and the heads' 2 input
+        # gradients (none for the hidden layers, the first ones: the input LayerNorm is folded into them,
+        # agent_layers.fold_norm)
+        assert onednn_gemm.PASS.rewritten - rewritten == 4 + 2 * 6  # two update graphs: 14 and 13 rows
     if "weight-grad" in forced:  # every weight gradient the rule admits at this test's MIN_ROWS = MIN_WIDTH = 1, in
         # the update's one graph with gradients (mlp: 6; hyper-id: 11, its 64-wide blocks fused with their LayerNorm;
-        # hyper-obs: 7 in the micro-batch block graph, compiled once for its blocks of one size, the context chain's 5
-        # weight gradients taken inside the observation-context kernel, obs_context.c)
+        # hyper-obs, one hidden layer per network: 5 in the micro-batch block graph, compiled once for its blocks of
+        # one size, the context chain's 5 weight gradients taken inside the observation-context kernel, obs_context.c)
         taken = weight_grad.PASS.rewritten - rewritten_wg
         assert taken == {"mlp-tanh-act-norm-weight-grad": 6, "hyper-id-linear-act-norm-weight-grad": 11,
-                         "hyper-obs-micro-act-norm-weight-grad": 7}[actor], taken
+                         "hyper-obs-micro-act-norm-weight-grad": 5}[actor], taken
     if "bias-epilogue" in forced:
-        # collection: the 4 hidden products (into Tanh); in each of the update's unrolled steps those 4 and the
-        # value head's (into the value loss); the policy heads feed log-softmax, a reduction, and stay addmm
-        assert bias_epilogue.PASS.rewritten - rewritten_be == 4 + steps * 5
+        # collection: the 2 hidden products (into Tanh; one hidden layer per network); in each of the update's
+        # unrolled steps those 2 and the value head's (into the value loss); the policy heads feed log-softmax, a
+        # reduction, and stay addmm
+        assert bias_epilogue.PASS.rewritten - rewritten_be == 2 + steps * 3
     if actor.endswith("micro"):  # 20 rows x 2 agents per mini-batch: 4 blocks of 5 rows
         assert comp_summary["micro_batch"] == eager_summary["micro_batch"] == (
             "micro-batches: each mini-batch of 40 agent samples in 4 row blocks of <= 10 (ppo.micro_batch_size=16), "
@@ -354,7 +361,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # test below, whose compiled run compiles the mini-batch step too)
 
 
-COLLECT_ACTORS = {"mlp": (["actor=mlp"], collect_step.CHUNK),  # the run's chunks of 8 steps
+COLLECT_ACTORS = {"mlp": (["actor=mlp"], 4),  # chunks of 4 steps (the run's 8: a graph twice the size, the same code)
                   # the smoothness term's previous observation is a buffer row the graph writes too (chunks of 2: a
                   # smaller graph to compile; the previous observation is still a row the chunk itself wrote)
                   "hyper-obs-smooth": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"], 2)}
@@ -365,7 +372,7 @@ COLLECT_ACTORS = {"mlp": (["actor=mlp"], collect_step.CHUNK),  # the run's chunk
 @pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
-    per step, and runs of 8 steps (2 for Hyper-MAPPO) in which no episode ends as one graph call, give the eager
+    per step, and runs of 4 steps (2 for Hyper-MAPPO; a run's default is 8) in which no episode ends as one graph call, give the eager
     run's rollout buffer (every row the graphs write and those written after the env step), logged statistics and
     weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between
     graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The compiled run then
@@ -377,10 +384,10 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
     for mode in ("off", "on"):
         torch._dynamo.reset()
         before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-        tiny = [o for o in TINY if not o.startswith("rollout_length=")]
+        tiny = [o for o in TINY if not o.startswith(("rollout_length=", "model.hidden_sizes="))]
         cfg = config_mod.build_config("mpe/simple_spread", [
             *tiny, f"ppo.compile={mode}", "rollout_length=34", "total_env_steps=544", "ppo.num_mini_batch=1",
-            "ppo.lr_decay=true", "checkpoint_interval=2", *overrides])
+            "ppo.lr_decay=true", "checkpoint_interval=2", *ONE_LAYER, *overrides])
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert (exp.collect_graph is not None) == (mode == "on")
         summary = exp.run()
@@ -393,10 +400,10 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
     (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \
         runs["off"], runs["on"]
     assert (e_graphs, c_graphs) == (0, 3)  # the collection step, its chunk of steps and the mini-batch step
-    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 13 runs of 8 (64 of 2) without an end, among them ones
+    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 29 runs of 4 (64 of 2) without an end, among them ones
     # right after an episode's end (its reset mask set), ones over rows an earlier rollout ended at, and chances with
     # fewer steps than a chunk left before an end or before the rollout's (single steps there)
-    assert chunks == {8: 13, 2: 64}[chunk]
+    assert chunks == {4: 29, 2: 64}[chunk]
     assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
                                 f"core); {chunk} steps per call where no episode can end") and "collect" not in e_sum
     assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
@@ -442,17 +449,17 @@ def nan_reward_at_step_11(monkeypatch) -> None:
 @slow
 @compiles(1)
 def test_nonfinite_reward_inside_a_chunk_names_its_own_step(tmp_path, monkeypatch):
-    """A NaN reward at episode step 11 (rollout step 11: the 3rd step of the chunk of steps 9-12; chunks of 4 here,
-    a smaller graph to compile than the run's 8) stops the run with the message the one-step-per-call path gives for
-    it."""
-    monkeypatch.setattr(collect_step, "CHUNK", 4)
+    """A NaN reward at episode step 11 (rollout step 11: the 2nd step of the chunk of steps 10-12; chunks of 3 here,
+    a smaller graph to compile than the run's 8, and one hidden layer) stops the run with the message the
+    one-step-per-call path gives for it."""
+    monkeypatch.setattr(collect_step, "CHUNK", 3)
     nan_reward_at_step_11(monkeypatch)
     messages = {}
     for chunks in ("1", "0"):
         monkeypatch.setenv("HYPERMAPPO_COLLECT_CHUNK", chunks)
         torch._dynamo.reset()
-        exp = Experiment(cfg_of("mpe/simple_spread", ["ppo.compile=on", "rollout_length=30", "total_env_steps=360"]),
-                         tmp_path / chunks, quiet=True)
+        exp = Experiment(cfg_of("mpe/simple_spread", ["ppo.compile=on", "rollout_length=30", "total_env_steps=360",
+                                                      *ONE_LAYER]), tmp_path / chunks, quiet=True)
         with pytest.raises(NonFiniteError) as error:
             exp.run()
         messages[chunks] = str(error.value).replace(str(tmp_path / chunks), "RUN_DIR")
@@ -534,8 +541,8 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
     torch.optim skips a parameter without a gradient (no state, no move), the one-graph step does too, not treat it
     as a zero gradient (Adam would then move it by its old momentum and count its steps). Its first update clips each
     network's gradients and steps both, as the eager update does (assert_clipped_and_stepped)."""
-    exp = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "total_env_steps=80", *CLIPPED]), tmp_path / "r",
-                     quiet=True)
+    exp = Experiment(cfg_of("staghunt/default", ["ppo.compile=on", "total_env_steps=80", *CLIPPED, *ONE_LAYER]),
+                     tmp_path / "r", quiet=True)
     L = exp.primary
     assert L.algo.fused is not None
     unused = torch.nn.Parameter(torch.ones(3))
@@ -587,8 +594,8 @@ def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(t
         exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={'on' if mode == 'compiled' else 'off'}",
                                                      f"rollout_length={15 if mini_batches == 6 else 10}",
                                                      "total_env_steps=120", "ppo.ppo_epoch=2",
-                                                     f"ppo.num_mini_batch={mini_batches}"]), tmp_path / mode,
-                         quiet=True)
+                                                     f"ppo.num_mini_batch={mini_batches}", *ONE_LAYER]),
+                         tmp_path / mode, quiet=True)
         L = exp.primary
         if mode == "uncompiled":
             L.algo.fused = FusedMinibatchStep(L.algo, lambda fn: fn)

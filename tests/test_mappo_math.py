@@ -52,6 +52,28 @@ def test_value_norm_statistics_are_debiased_running_moments():
     assert torch.allclose(vn.normalize(y), (y - exp_mean) / (exp_sq - exp_mean ** 2) ** 0.5, atol=1e-5)
 
 
+def test_value_norm_is_traced_once_by_dynamo_and_loads_0d_statistics():
+    """A compiled update reads the statistics: Dynamo must trace it once (a 0-d float64 tensor made it restart its
+    analysis, tracing every update graph twice) and not again after an update moves them. Checkpoints written when
+    the statistics were 0-d load into the (1,) buffers."""
+    vn = ValueNorm(beta=0.9)
+    vn.update(torch.tensor([1.0, 2.0, 3.0]))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    normalize = torch.compile(vn.normalize, backend="aot_eager")
+    y = torch.tensor([0.3, 7.0])
+    torch.testing.assert_close(normalize(y), vn.normalize(y))
+    vn.update(torch.tensor([4.0, 5.0]))
+    torch.testing.assert_close(normalize(y), vn.normalize(y))
+    counters = torch._dynamo.utils.counters
+    assert counters["aot_autograd"]["total"] == 1 and counters["stats"]["unique_graphs"] == 1, dict(counters)
+    old = {k: v.reshape(()) for k, v in vn.state_dict().items()}
+    loaded = ValueNorm(beta=0.9)
+    loaded.load_state_dict(old)
+    torch.testing.assert_close(loaded.normalize(y), vn.normalize(y))
+    assert loaded.running_mean.shape == (1,)
+
+
 def test_popart_preserves_unnormalised_predictions():
     head = AgentLinear(4, 1)
     pa = PopArt(head, beta=0.9)

@@ -85,31 +85,41 @@ def two_layers(x, w1, b1, w2):
     return (torch.relu(torch.addmm(b1, x, w1)) @ w2).square().mean()
 
 
-def grads_of(fn, rows: int, width: int = 32):
+CASES = [(256, 32, 2), (255, 32, 0), (256, 65, 0), (256, 16, 0)]  # rows, width, weight gradients rewritten
+
+
+def grads_of(fn):
+    """Every case's loss and gradients, from one call of `fn` over all of them (one graph set to compile)."""
     torch.manual_seed(0)
-    x = torch.randn(rows, 8)
-    w1, b1 = torch.randn(8, width, requires_grad=True), torch.randn(width, requires_grad=True)
-    w2 = torch.randn(width, 4, requires_grad=True)
-    loss = fn(x, w1, b1, w2)
-    return (loss, *torch.autograd.grad(loss, (w1, b1, w2)))
+    inputs = []
+    for rows, width, _ in CASES:
+        x = torch.randn(rows, 8)
+        w1, b1 = torch.randn(8, width, requires_grad=True), torch.randn(width, requires_grad=True)
+        inputs.append((x, w1, b1, torch.randn(width, 4, requires_grad=True)))
+    losses = fn(inputs)
+    out = []
+    for loss, (_, *weights) in zip(losses, inputs):
+        out += [loss, *torch.autograd.grad(loss, weights, retain_graph=True)]
+    return out
+
+
+def each_case(inputs):
+    return [two_layers(*case) for case in inputs]
 
 
 @pytest.mark.skipif(cxx_compiler() is None, reason="no C++ compiler for Inductor's CPU backend")
-@pytest.mark.parametrize("rows, min_rows, width, rewritten", [(256, 256, 32, 2), (255, 256, 32, 0),
-                                                              (256, 256, 65, 0), (256, 256, 16, 0)])
-def test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay(monkeypatch, rows, min_rows, width,
-                                                                              rewritten):
+def test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay(monkeypatch):
     """Both weight gradients (a reduction over the rows) are rewritten from MIN_ROWS rows and widths 32-64, none
     below, wider or narrower; the input gradient (row-major first operand) never is; the loss and every gradient equal
-    eager's to float rounding."""
+    eager's to float rounding. The four cases are four independent pairs of layers in one compiled function."""
     configure()
-    monkeypatch.setattr(weight_grad, "MIN_ROWS", min_rows)
+    monkeypatch.setattr(weight_grad, "MIN_ROWS", 256)
     monkeypatch.setattr(weight_grad.PASS, "uuid", lambda key=os.urandom(16): key)  # no graph from the cache
     torch._dynamo.reset()
     before = weight_grad.PASS.rewritten
-    compiled = grads_of(torch.compile(lambda *a: two_layers(*a), dynamic=False), rows, width)
-    assert weight_grad.PASS.rewritten - before == rewritten
-    for c, e in zip(compiled, grads_of(two_layers, rows, width)):
+    compiled = grads_of(torch.compile(each_case, dynamic=False))
+    assert weight_grad.PASS.rewritten - before == sum(r for *_, r in CASES)  # the 256-row, 32-wide case's two
+    for c, e in zip(compiled, grads_of(each_case), strict=True):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
 
 

@@ -17,6 +17,11 @@ BLAME = "tests/test_internal_errors.py"  # issue 40: the library's failures repo
 
 def mutations(M):
     return [
+        M("value_norm_0d_statistics", "src/hypermappo/algos/value_norm.py",
+          "    SHAPE = (1,)",
+          "    SHAPE = ()",
+          ("tests/test_mappo_math.py::test_value_norm_is_traced_once_by_dynamo_and_loads_0d_statistics",),
+          "0-d float64 statistics: Dynamo restarts its analysis of every compiled update graph (traced twice)"),
         M("compile_cache_left_to_inductor", "src/hypermappo/__init__.py",
           '_os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_DEFAULT_CACHE))',
           "pass",
