@@ -372,12 +372,12 @@ COLLECT_ACTORS = {"mlp": (["actor=mlp"], 4),  # chunks of 4 steps (the run's 8: 
 @pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
-    per step, and runs of 4 steps (2 for Hyper-MAPPO; a run's default is 8) in which no episode ends as one graph call, give the eager
-    run's rollout buffer (every row the graphs write and those written after the env step), logged statistics and
-    weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between
-    graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The compiled run then
-    resumes exactly from its checkpoint of update 2, whose last step a single-step call made after the rollout's
-    chunks (its graphs: from the cache)."""
+    per step, and runs of 4 steps (2 for Hyper-MAPPO; a run's default is 8) in which no episode ends as one graph
+    call, give the eager run's rollout buffer (every row the graphs write and those written after the env step),
+    logged statistics and weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation
+    bootstrap run between graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The
+    compiled run then resumes exactly from its checkpoint of update 2, whose last step a single-step call made after
+    the rollout's chunks (its graphs: from the cache)."""
     overrides, chunk = COLLECT_ACTORS[actor]
     monkeypatch.setattr(collect_step, "CHUNK", chunk)
     runs = {}

@@ -36,6 +36,8 @@ def _experiment(tmp_path: Path, name: str, groups: str, extra=()) -> Experiment:
     (pop_groups("[]"), "groups[1] (partner).members: a population group needs a non-empty list"),
     (pop_groups("{policy: random}"), "groups[1] (partner).members: a population group needs a non-empty list"),
     (pop_groups(extra=", sample: often"), "groups[1] (partner).sample: 'often' is not one of ['episode', 'fixed']"),
+    (pop_groups(extra=", draw: team"), "groups[1] (partner).draw: 'team' is not one of ['env', 'slot']"),
+    ("groups=[{name: a, agents: [0], draw: slot}]", "groups[0] (a).draw: only a population group takes it"),
     (pop_groups("[{policy: random, run_dir: runs/x}]"), "members[0]: give either policy"),
     (pop_groups("[{params: {action: 1}}]"), "members[0]: a member is scripted (policy: NAME) or frozen"),
     (pop_groups("[{policy: random, colour: red}]"), "members[0]: unknown key 'colour'"),
@@ -193,3 +195,76 @@ def test_only_envs_whose_episode_ended_draw_a_new_member():
         assert torch.equal(d[~ended], partner_id[~ended])
     assert len({tuple(d[ended].tolist()) for d in draws}) > 1  # the ended envs do draw
     assert population_mod.resample_ended(partner_id, torch.zeros(8, dtype=torch.bool), 3, g) is partner_id
+
+
+# ---------------------------------------------------------------- mixes: one member per slot (draw: slot)
+
+FOUR = ["env_kwargs={n_hunters: 4, grid_size: 6}"]
+
+
+def mix_groups(members: str = FIXED3, extra: str = "") -> str:
+    return (f"groups=[{{name: learner, agents: [0]}}, {{name: partner, agents: [1, 2, 3], kind: population, "
+            f"members: {members}, draw: slot{extra}}}]")
+
+
+def test_a_mix_draws_each_slots_member_independently_per_env_and_per_episode(tmp_path):
+    """4 hunters, 3 partner slots, 6 envs x 4 episodes: slot k of env e plays member partner_id[e, k] (fixed
+    members: action 1 + id); ids change only at episode starts, and within one env and episode the slots differ
+    (a mix, not one member for the group), as do envs."""
+    exp, actions, ids = _play(tmp_path, "run", mix_groups(), 600, [*FOUR, "num_envs=6"])
+    assert ids.shape == (100, 6, 3)
+    assert torch.equal(actions[..., 1:], ids + 1)
+    t = torch.arange(ids.shape[0])
+    within = (t % 25 != 0) & (t > 0)
+    assert torch.equal(ids[within], ids[within.nonzero().squeeze(-1) - 1])
+    starts = ids[t % 25 == 0]  # [4, E, 3]
+    assert (starts[1:] != starts[:-1]).any()
+    assert (starts.amin(-1) != starts.amax(-1)).any()  # some env mixes members across its slots
+    assert (starts[:, 0] != starts[:, 1]).any()  # envs draw their own
+    assert exp.groups[1].phases[0].describe().endswith("per slot")
+    # the run's own record: episodes per member over slots (6 envs x 3 slots x 4 episodes), also in summary.json
+    record = exp.groups[1].member_record()
+    assert sum(record.values()) == 6 * 3 * 4
+    counts = torch.bincount(starts.flatten(), minlength=3).tolist()
+    assert list(record.values()) == counts
+    summary = __import__("json").loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["groups"]["partner"]["member_episodes"] == record
+
+
+def test_mix_draws_follow_the_run_seed_and_resume_exactly(tmp_path):
+    groups = mix_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]")
+    _, _, a = _play(tmp_path, "a", groups, 200, FOUR)
+    _, _, b = _play(tmp_path, "b", groups, 200, FOUR)
+    _, _, c = _play(tmp_path, "c", groups, 200, [*FOUR, "seed=1"])
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    cfg = config_mod.build_config("staghunt/default", [*TINY, *FOUR, "total_env_steps=280", "checkpoint_interval=3",
+                                                       groups])
+    full = tmp_path / "full"
+    Experiment(cfg, full, quiet=True).run()  # 7 updates of 40 steps: the checkpoint at update 6 is mid-episode
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full, resumed)
+    (resumed / "checkpoints" / "ckpt_0000007.pt").unlink()
+    (resumed / "summary.json").unlink()
+    Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
+    assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
+    got = torch.load(resumed / "checkpoints" / "ckpt_0000007.pt", weights_only=False)["groups"]["partner"]
+    want = torch.load(full / "checkpoints" / "ckpt_0000007.pt", weights_only=False)["groups"]["partner"]
+    assert want["partner_id"].shape == (4, 3)
+    assert torch.equal(got["population"]["member_episodes"], want["population"]["member_episodes"])
+    assert_same(got, want, "partner")
+
+
+def test_member_episode_counts_are_per_ended_env_and_slot():
+    counts = torch.zeros(3, dtype=torch.long)
+    ids = torch.tensor([[0, 1, 1], [2, 2, 2], [0, 0, 1]])
+    got = population_mod.count_member_episodes(counts, ids, torch.tensor([True, False, True]))
+    assert got.tolist() == [3, 3, 0]
+    flat = population_mod.count_member_episodes(counts, torch.tensor([2, 2, 0]), torch.tensor([True, True, False]))
+    assert flat.tolist() == [0, 0, 2]
+
+
+def test_evaluation_of_a_mix_rotates_members_over_slots_and_episodes():
+    from hypermappo.policies.groups import evaluation_members
+
+    assert evaluation_members(3, 2, 4, "slot", "cpu").tolist() == [[0, 1], [2, 3], [0, 1]]
+    assert evaluation_members(3, 2, 4, "env", "cpu").tolist() == [0, 1, 2]

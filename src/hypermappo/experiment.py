@@ -431,7 +431,8 @@ class Experiment:
             return actions, (dict(obs=obs, state=s.state, available=available, active=active, actions=actions),
                              None, active)
         if L.coplayer is not None:  # the critic reads the env's obs; the actor this, with the belief when fed
-            partners = torch.stack([h.partner_id for h in self.groups], -1) if self.multi else None  # [E, G]
+            partners = torch.cat([h.partner_id.view(h.partner_id.shape[0], -1) for h in self.groups], -1) \
+                if self.multi else None  # [E, G'] (a draw=slot population: one column per slot)
             actor_obs = L.coplayer.act(t, obs, L.reset_mask, partners)
         else:
             actor_obs = obs
@@ -810,7 +811,8 @@ class Experiment:
                 "kind": g.kind, "slots": g.slots, "phase": g.phases[g.phase].describe(),
                 "episode_return_recent": float(np.mean(self.group_recent[g.name])) if self.group_recent[g.name]
                 else None,
-                "eval_return_mean": eval_stats["group_returns"][g.name] if eval_stats else None}
+                "eval_return_mean": eval_stats["group_returns"][g.name] if eval_stats else None,
+                **({"member_episodes": g.member_record()} if g.population is not None else {})}
                 for g in self.groups}
         summary = run_summary.run_summary(self.cfg, status, self.env_steps, self.update, wall, eval_stats,
                                           self.recent_returns, self.summary_extra, groups)

@@ -19,7 +19,9 @@ Config rules (`check_group_specs`, all before a run starts; `resolve_slots` once
   optional `group`: which group of that run to load; default its first learner) or population (needs
   `members`: scripted and / or frozen entries, one of which plays in each env; optional `sample`: episode
   (default, a new member per env whenever its episode ends) or fixed (one member per env for the whole run);
-  see policies/population.py; no `switch`). `partner_id` [E] is the member playing in each env.
+  optional `draw`: env (default, one member plays all the group's slots of an env) or slot (each slot draws its
+  own, a mix); see policies/population.py; no `switch`). `partner_id` [E] is the member playing in each env
+  ([E, K], per slot, with draw=slot).
 - learners may override `actor`, `algo` and the `model`, `critic`, `ppo`, `hyper`, `maddpg` sections; other kinds
   may not (`algo: maddpg` gives a group MADDPG: its critic reads the state and its own agents' actions).
 - `switch`: a list of `{at_step, kind, policy / params / run_dir / group}` with increasing `at_step`; a switch
@@ -38,7 +40,13 @@ from hypermappo.compile import decide as decide_compile
 from hypermappo.config import CHUNK_AUTO_MAX, data_chunk_length
 from hypermappo.errors import UserError
 from hypermappo.policies.loaded import load_frozen_actor  # a trained run's actor for a frozen group (loaded.py)
-from hypermappo.policies.population import Population, PopulationState, initial_members, resample_ended
+from hypermappo.policies.population import (
+    Population,
+    PopulationState,
+    count_member_episodes,
+    initial_members,
+    resample_ended,
+)
 from hypermappo.policies.scripted import ScriptedContext, get_scripted
 
 # the groups as configured (specs.py); imported here also for the callers that know them as groups' names
@@ -225,11 +233,22 @@ class PolicyGroup:
         self.population = Population(pop.members, self.env_spec, self.slot_tensor, device) if pop else None
         self.member_generator = torch.Generator().manual_seed(seed + 3 + 7919 * group_number)
         self.population_state = None
+        # episodes each member played here (per slot with draw=slot): the run's record of its training partners
+        self.member_episodes = torch.zeros(len(self.population) if pop else 0, dtype=torch.long, device=device)
         self.ep_return = None  # [E] this group's running episode return (sum of the mean over its agents)
 
     @property
     def kind(self) -> str:
         return self.phases[self.phase].kind
+
+    def member_record(self) -> dict:
+        """{member identity: episodes it played in training} of a population group (per slot with draw=slot), keyed
+        by `Phase.identity()`, so `hypermappo adapt` can check a held-out partner against it."""
+        counts = self.member_episodes.tolist()
+        record: dict = {}
+        for m, n in zip(self.population.members, counts):
+            record[m.identity()] = record.get(m.identity(), 0) + n
+        return record
 
     @property
     def learning(self) -> bool:
@@ -247,8 +266,9 @@ class PolicyGroup:
         self.ep_return = torch.zeros(obs.shape[0], device=obs.device)
         if self.population is not None:
             E = obs.shape[0]
+            per_slot = self.K if self.phases[0].draw == "slot" else None
             self.partner_id = initial_members(E, len(self.population), self.phases[0].sample,
-                                              self.member_generator).to(obs.device)
+                                              self.member_generator, per_slot).to(obs.device)
             self.population_state = self.population.new_state(E)
 
     def _start_frozen(self, obs: torch.Tensor) -> None:
@@ -298,8 +318,9 @@ class PolicyGroup:
             self.frozen_reset = self.take(nxt.done)
         if self.kind == "population":
             self.population.observe(self.population_state, self.take(nxt.done))
+            ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
+            self.member_episodes = count_member_episodes(self.member_episodes, self.partner_id, ended)
             if self.phases[0].sample == "episode":
-                ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
                 self.partner_id = resample_ended(self.partner_id, ended, len(self.population), self.member_generator)
 
     def state_dict(self, with_audit: bool) -> dict:
@@ -312,6 +333,7 @@ class PolicyGroup:
               "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
         if self.population is not None:
             sd["population"] = {"member_generator": self.member_generator.get_state(),
+                                "member_episodes": self.member_episodes,
                                 "hidden": self.population_state.hidden, "reset": self.population_state.reset}
         return sd
 
@@ -327,6 +349,8 @@ class PolicyGroup:
         if self.population is not None:
             pop = sd["population"]
             self.member_generator.set_state(pop["member_generator"].cpu())
+            if pop.get("member_episodes") is not None:  # older checkpoints have no record: counts start at 0
+                self.member_episodes = pop["member_episodes"].to(self.device)
             if with_episode_state:
                 self.population_state = PopulationState(pop["hidden"], pop["reset"])
 
@@ -341,12 +365,20 @@ def build_groups(cfg, env, device) -> list[PolicyGroup]:
     return groups
 
 
+def evaluation_members(episodes: int, slots: int, num_members: int, draw: str, device) -> torch.Tensor:
+    """Who plays in evaluation episode e: member e mod M ([E]); with draw=slot, slot k of episode e plays member
+    (e * K + k) mod M ([E, K]), so the members take turns over the cells and every member plays."""
+    if draw == "slot":
+        return (torch.arange(episodes * slots, device=device) % num_members).view(episodes, slots)
+    return torch.arange(episodes, device=device) % num_members
+
+
 @torch.no_grad()
 def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic: bool = True, device=None,
                     max_steps: int = 100_000, render_env: int | None = None) -> dict:
     """`evaluation.evaluate_policy` for a run with groups: each group plays its current phase (actors' modes when
     `deterministic`; scripted groups with a generator of their own, so training's random draws are untouched;
-    a population group's members take turns over the episodes: episode e plays member e mod M);
+    a population group's members take turns over the episodes: `evaluation_members`);
     adds each group's mean return (sum over the episode of the mean over its agents) under `group_returns`."""
     from hypermappo.evaluation import EVAL_SEED_OFFSET, play_episodes
 
@@ -363,7 +395,8 @@ def evaluate_groups(cfg, groups: list[PolicyGroup], episodes: int, deterministic
     contexts: list[ScriptedContext] = []
     taken = [None]  # the joint actions of the last step
     group_returns = torch.zeros(len(groups), E, device=device)
-    populations = {i: (g.population.new_state(E), torch.arange(E, device=device) % len(g.population))
+    populations = {i: (g.population.new_state(E), evaluation_members(E, g.K, len(g.population), g.phases[0].draw,
+                                                                     device))
                    for i, g in enumerate(groups) if g.population is not None}
 
     def act(env, s):

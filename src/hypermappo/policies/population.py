@@ -17,8 +17,13 @@ Config (a `groups:` entry):
         - {run_dir: runs/partner, group: b}
       sample: episode              # episode: each env draws a new member whenever its episode ends
                                    # fixed: each env keeps one member for the whole run (balanced over envs)
+      draw: env                    # env: one member plays all the group's slots of an env (partner_id [E])
+                                   # slot: each slot draws its own member, so a K-slot group plays a mix of
+                                   # co-players drawn independently per env and per episode (partner_id [E, K])
 
-Draws use the group's own generator seeded from the run seed, and are saved in checkpoints.
+Draws use the group's own generator seeded from the run seed, and are saved in checkpoints. Each group counts the
+episodes every member played (`member_episodes`, on the device, in checkpoints and summary.json): the run's own
+record of who it trained against, which held-out evaluation checks its held-out partners against.
 """
 
 from __future__ import annotations
@@ -32,20 +37,32 @@ from hypermappo.policies.specs import MEMBER_KEYS, SAMPLE_MODES, member_entry  #
 GOAL_NOT_GIVEN = -2  # in a population's goals: the member playing there writes none (co-player labels: hindsight)
 
 
-def initial_members(num_envs: int, num_members: int, sample: str, generator: torch.Generator) -> torch.Tensor:
-    """partner_id [E] int64 at the start: uniform draws (sample=episode) or a balanced shuffled split (fixed)."""
+def initial_members(num_envs: int, num_members: int, sample: str, generator: torch.Generator,
+                    slots: int | None = None) -> torch.Tensor:
+    """partner_id at the start, int64: [E] (one member per env) or, with `slots` = K, [E, K] (one per slot, drawn
+    independently): uniform draws (sample=episode) or a balanced shuffled split over the cells (fixed)."""
+    shape = (num_envs,) if slots is None else (num_envs, slots)
+    cells = num_envs * (1 if slots is None else slots)
     if sample == "fixed":
-        return (torch.arange(num_envs) % num_members)[torch.randperm(num_envs, generator=generator)]
-    return torch.randint(num_members, (num_envs,), generator=generator)
+        return (torch.arange(cells) % num_members)[torch.randperm(cells, generator=generator)].view(shape)
+    return torch.randint(num_members, shape, generator=generator)
 
 
 def resample_ended(partner_id: torch.Tensor, ended: torch.Tensor, num_members: int,
                    generator: torch.Generator) -> torch.Tensor:
-    """A fresh uniform member for each env whose episode just ended (ended [E] bool); the others keep theirs."""
+    """A fresh uniform member for each env whose episode just ended (ended [E] bool; every slot of the env draws
+    anew when partner_id is [E, K]); the others keep theirs."""
     if not bool(ended.any()):
         return partner_id
-    draws = torch.randint(num_members, partner_id.shape, generator=generator).to(partner_id.device)  # [E]
-    return torch.where(ended, draws, partner_id)
+    draws = torch.randint(num_members, partner_id.shape, generator=generator).to(partner_id.device)  # [E(, K)]
+    return torch.where(ended.view(-1, *([1] * (partner_id.dim() - 1))), draws, partner_id)
+
+
+def count_member_episodes(counts: torch.Tensor, partner_id: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+    """counts [M] + the episodes that just ended (ended [E]) per member playing there (per slot for [E, K] ids);
+    on the device, no host sync: a one-hot sum rather than bincount (whose output size is data-dependent)."""
+    hits = torch.nn.functional.one_hot(partner_id.view(partner_id.shape[0], -1), counts.shape[0])  # [E, K, M]
+    return counts + (hits * ended.view(-1, 1, 1)).sum((0, 1)).to(counts.dtype)
 
 
 @dataclass
@@ -84,7 +101,8 @@ class Population:
     @torch.no_grad()
     def act(self, step, env, state: PopulationState, partner_id: torch.Tensor, generator: torch.Generator,
             deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Actions [E, K] (env e gets member partner_id[e]'s) and the goals [E, K] the members playing there wrote
+        """Actions [E, K] (env e gets member partner_id[e]'s, or slot k of env e member partner_id[e, k]'s when the
+        ids are [E, K]) and the goals [E, K] the members playing there wrote
         into ScriptedContext.goal (-1: no goal this step; GOAL_NOT_GIVEN where the member writes none, e.g. a
         frozen actor; None when no member wrote one). Frozen members sample unless `deterministic`; the move
         distribution they sampled from is left in `self.policy_probs` when `record_probs` (held-out evaluation
@@ -96,7 +114,7 @@ class Population:
         E, K = obs.shape[:2]
         actions = goal = policy_probs = None
         for m, (member, fn, actor) in enumerate(zip(self.members, self.fns, self.actors)):
-            here = (partner_id == m).unsqueeze(-1)  # [E, 1]
+            here = (partner_id == m).view(E, -1)  # [E, 1] or [E, K]
             member_goal = None
             if fn is not None:
                 ctx = ScriptedContext(env, self.slots, generator, member.params)
@@ -114,7 +132,7 @@ class Population:
                     policy_probs = torch.where(here.unsqueeze(-1), probs, policy_probs)
             if actions is None:
                 actions = torch.zeros((E, K, *a.shape[2:]), dtype=a.dtype, device=a.device)
-            here_a = here.view(E, *([1] * (a.dim() - 1)))
+            here_a = here.view(E, here.shape[1], *([1] * (a.dim() - 2)))
             actions = torch.where(here_a, a.to(actions.dtype), actions)
             if member_goal is not None:
                 if goal is None:

@@ -21,13 +21,14 @@ from hypermappo.policies.scripted import get_scripted
 KINDS = ("learner", "scripted", "frozen", "population")
 LEARNER_KEYS = ("actor", "algo", "model", "critic", "ppo", "hyper", "maddpg")
 PHASE_KEYS = {"learner": set(), "scripted": {"policy", "params"}, "frozen": {"run_dir", "group"},
-              "population": {"members", "sample"}}
+              "population": {"members", "sample", "draw"}}
 GROUP_KEYS = {"name", "agents", "kind", "switch", *LEARNER_KEYS, "policy", "params", "run_dir", "group", "members",
-              "sample"}
+              "sample", "draw"}
 SWITCH_KEYS = {"at_step", "kind", "policy", "params", "run_dir", "group"}
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 # a population group's members (policies/population.py)
 SAMPLE_MODES = ("episode", "fixed")
+DRAW_MODES = ("env", "slot")  # one member for all of a group's slots in an env, or one per slot (a mix)
 MEMBER_KEYS = {"kind", "policy", "params", "run_dir", "group"}
 
 
@@ -59,10 +60,21 @@ class Phase:
     group: str = ""
     members: list = field(default_factory=list)  # population: its members' phases (scripted / frozen)
     sample: str = ""  # population: episode | fixed
+    draw: str = "env"  # population: env (one member plays all the group's slots of an env) | slot (one per slot)
+
+    def identity(self) -> str:
+        """Which policy this is, canonically: `scripted:NAME@k=v...` (params sorted) or `frozen:/abs/run_dir#group`;
+        equal strings are the same partner (held-out evaluation checks its partners against a run's members)."""
+        if self.kind == "scripted":
+            return f"scripted:{self.policy}" + "".join(f"@{k}={self.params[k]}" for k in sorted(self.params))
+        if self.kind == "frozen":
+            return f"frozen:{Path(self.run_dir).resolve()}" + (f"#{self.group}" if self.group else "")
+        return self.describe()
 
     def describe(self) -> str:
         if self.kind == "population":
-            return f"population[{', '.join(m.describe() for m in self.members)}]"
+            per_slot = " per slot" if self.draw == "slot" else ""
+            return f"population[{', '.join(m.describe() for m in self.members)}]{per_slot}"
         if self.kind == "scripted":
             return f"scripted:{self.policy}"
         if self.kind == "frozen":
@@ -86,7 +98,7 @@ def _phase(where: str, entry: dict, at_step: int) -> Phase:
     kind = entry.get("kind", "learner")
     if kind not in KINDS:
         raise UserError(f"{where}.kind: {kind!r} is not one of {list(KINDS)}")
-    for key in ("policy", "params", "run_dir", "group", "members", "sample"):
+    for key in ("policy", "params", "run_dir", "group", "members", "sample", "draw"):
         if key in entry and key not in PHASE_KEYS[kind]:
             owner = next(k for k, keys in PHASE_KEYS.items() if key in keys)
             raise UserError(f"{where}.{key}: only a {owner} group takes it, got kind={kind!r}")
@@ -119,9 +131,13 @@ def _population_phase(where: str, entry: dict, at_step: int) -> Phase:
     sample = entry.get("sample", "episode")
     if sample not in SAMPLE_MODES:
         raise UserError(f"{where}.sample: {sample!r} is not one of {list(SAMPLE_MODES)}")
+    draw = entry.get("draw", "env")
+    if draw not in DRAW_MODES:
+        raise UserError(f"{where}.draw: {draw!r} is not one of {list(DRAW_MODES)} (env: one member plays all the "
+                        f"group's slots of an env; slot: each slot draws its own)")
     phases = [_phase(f"{where}.members[{j}]", member_entry(f"{where}.members[{j}]", m), 0)
               for j, m in enumerate(members)]
-    return Phase(at_step, "population", members=phases, sample=sample)
+    return Phase(at_step, "population", members=phases, sample=sample, draw=draw)
 
 
 def _group_config(cfg, where: str, entry: dict):
