@@ -210,6 +210,9 @@ def test_bayes_belief_carries_across_episodes_only_with_memory_and_the_baselines
         # the oracle's goal belief, on the same labels: its follow rule is the goal "hunter"
         assert r["oracle_goal_accuracy"]["count"] == r["goal_accuracy"]["count"]
         assert r["oracle_goal_accuracy"]["by_step"][-1] > 0.9
+        # steps to recognise, per episode index: every labelled episode is counted (4 envs each)
+        assert r["recognise"]["episodes"] == [4, 4, 4]
+        assert len(r["recognise"]["steps"]) == 3 and all(0.0 <= f <= 1.0 for f in r["recognise"]["recognised"])
 
 
 def test_the_ceiling_is_the_mode_of_a_frozen_partners_own_move_distribution(bayes_run, run):

@@ -26,6 +26,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from hypermappo.errors import UserError
@@ -49,10 +50,61 @@ def parse_partner(spec: str):
     return Phase(0, "frozen", run_dir=run_dir, group=group)
 
 
+MIX_SEP = "+"
+
+
+def parse_mix(spec: str) -> list:
+    """`PARTNER` (every partner slot plays it) or `PARTNER+PARTNER+...` (one per partner slot, in slot order) ->
+    population members (groups.Phase)."""
+    return [parse_partner(part) for part in spec.split(MIX_SEP)]
+
+
 def _label(member) -> str:
+    if isinstance(member, list):
+        return MIX_SEP.join(_label(m) for m in member)
     if member.kind == "scripted":
         return member.policy + "".join(f"@{k}={v}" for k, v in member.params.items())
     return Path(member.run_dir).name + (f"#{member.group}" if member.group else "")
+
+
+def training_record(run_dir: Path, cfg, partner_group: str) -> dict:
+    """{member identity (groups.Phase.identity): episodes it played in training} of the run's partner group, from
+    the run's own records: summary.json's `member_episodes` (a finished run), else its newest intact checkpoint's
+    counts, else (a scripted / frozen group, or a run from before the counts existed) every policy the group was
+    configured to play, with count None (unknown, so taken as met)."""
+    from hypermappo.policies.groups import group_specs
+
+    summary = Path(run_dir) / "summary.json"
+    if summary.exists():
+        group = json.loads(summary.read_text()).get("groups", {}).get(partner_group, {})
+        if "member_episodes" in group:
+            return dict(group["member_episodes"])
+    spec = next(s for s in group_specs(cfg) if s.name == partner_group)
+    members = [m for p in spec.phases for m in (p.members if p.kind == "population" else [p])]
+    if spec.phases[0].kind == "population":
+        try:
+            counts = _latest_checkpoint(run_dir, "cpu")["groups"][partner_group]["population"].get("member_episodes")
+        except (UserError, KeyError):
+            counts = None
+        if counts is not None:
+            record: dict = {}
+            for m, n in zip(members, counts.tolist()):
+                record[m.identity()] = record.get(m.identity(), 0) + n
+            return record
+    return {m.identity(): None for m in members}
+
+
+def _met_in_training(member, record: dict):
+    """Episodes `member` played in training per the run's record (None: met, count unknown; 0: never met). A frozen
+    partner named without a group matches the same run with any group."""
+    ident = member.identity()
+    if ident in record:
+        return record[ident]
+    if member.kind == "frozen":
+        hits = [n for k, n in record.items() if k.split("#")[0] == ident.split("#")[0]]
+        if hits:
+            return None if any(n is None for n in hits) else sum(hits)
+    return 0
 
 
 class HeldOutMatch:
@@ -87,6 +139,7 @@ class HeldOutMatch:
         if others:
             raise UserError(f"adapt: groups {others} neither learn nor are the partner group {partner_group!r}; "
                             f"held-out evaluation plays learner groups against one partner group")
+        self.partner_group = partner_group
         self.partner_slots = slots[names.index(partner_group)]
         self.partner_spec = sub_spec(self.env.spec, self.partner_slots)
         self.learners = [LearnerSide(self.run_dir, spec, s, self.env.spec, num_envs, device)
@@ -94,8 +147,11 @@ class HeldOutMatch:
         self.coplayer = [x for x in self.learners if x.model is not None]  # learner groups with a co-player model
 
     @torch.no_grad()
-    def play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool = True) -> dict:
-        """`episodes` (K) consecutive episodes in every env against `partner` (a groups.Phase member).
+    def play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool = True,
+             focal: str = "learner") -> dict:
+        """`episodes` (K) consecutive episodes in every env against `partner` (a groups.Phase member, or a list of
+        one member per partner slot: a mix). `focal="random"`: uniformly random moves (among the available ones)
+        in the learner groups' seats instead of their actors, the lower bound of a normalised return.
 
         Returns {"return": [E, K], "team": [E, K]} (learner-group and team return of episode k) and, when a learner
         group has a co-player model, "action_accuracy" / "goal_accuracy": {"correct": [K, T], "count": [K, T]}
@@ -106,17 +162,26 @@ class HeldOutMatch:
         restored afterwards: every memory setting faces the same partner draws."""
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return self._play(partner, episodes, memory, seed, deterministic)
+            return self._play(partner, episodes, memory, seed, deterministic, focal)
 
-    def _play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool) -> dict:
+    def _play(self, partner, episodes: int, memory: bool, seed: int, deterministic: bool, focal: str) -> dict:
         from hypermappo.policies.population import Population
 
         E, K, device = self.env.num_envs, episodes, self.device
-        population = Population([partner], self.partner_spec, torch.tensor(self.partner_slots, device=device), device)
+        members = partner if isinstance(partner, list) else [partner]
+        P = len(self.partner_slots)
+        if len(members) not in (1, P):
+            raise UserError(f"adapt: partner {_label(members)!r} is a mix of {len(members)}; expected one partner "
+                            f"for all {P} partner slots or one per slot ({P}, joined by {MIX_SEP!r})")
+        population = Population(members, self.partner_spec, torch.tensor(self.partner_slots, device=device), device)
         pstate = population.new_state(E)
-        population.record_probs = bool(self.coplayer)
-        partner_id = torch.zeros(E, dtype=torch.long, device=device)
+        coplayer = self.coplayer if focal == "learner" else []
+        population.record_probs = bool(coplayer)
+        # which member plays each partner slot: [E] (one for all) or [E, P] (slot p plays member p)
+        partner_id = torch.zeros(E, dtype=torch.long, device=device) if len(members) == 1 else \
+            torch.arange(P, device=device).expand(E, P)
         generator = torch.Generator().manual_seed(seed + 1)
+        focal_generator = torch.Generator().manual_seed(seed + 2)  # the random focal player's moves
         for side in self.learners:
             side.start(E, memory)
         learner_slots = torch.cat([side.slots for side in self.learners])  # [L]
@@ -128,25 +193,26 @@ class HeldOutMatch:
         rows = torch.arange(E, device=device)
         trace = []  # per step, with a co-player model: what its accuracy needs
         s = self.env.reset(seed=seed)
-        baselines = Baselines(self.env, self.learners[0].slots, population.slots, memory) if self.coplayer else None
+        baselines = Baselines(self.env, self.learners[0].slots, population.slots, memory) if coplayer else None
         while bool((episode < K).any()):
             actions = torch.zeros((E, self.env.spec.num_agents), dtype=torch.long, device=device)
             for side in self.learners:
-                actions[:, side.slots] = side.act(s, memory, deterministic)
+                actions[:, side.slots] = side.act(s, memory, deterministic) if focal == "learner" else \
+                    _uniform_moves(s, side.slots, int(self.env.spec.action_space.n), focal_generator)
             if baselines is not None:
                 baselines.predict(s)
             partner_actions, partner_goal = population.act(s, self.env, pstate, partner_id, generator)
             actions[:, population.slots] = partner_actions.long()
             nxt = self.env.step(actions)
             ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
-            if self.coplayer:
+            if coplayer:
                 trace.append(self._trace_step(population.slots, partner_actions, partner_goal, nxt, ended, episode,
                                               t_in_episode))
                 trace[-1].update(baselines.score(partner_actions.long()))
                 trace[-1].update(_ceiling(population.policy_probs, partner_actions.long()))
             active_before = s.active
             s = nxt
-            for side in self.learners:
+            for side in (self.learners if focal == "learner" else []):
                 side.observe(s, actions, active_before)
             if baselines is not None:
                 baselines.observe(actions, active_before, ended, s.extras.get("goal_event"))
@@ -162,7 +228,7 @@ class HeldOutMatch:
                 episode = episode + ended.long()
                 t_in_episode = torch.where(ended, 0, t_in_episode)
         out = {"return": returns, "team": team}
-        if self.coplayer:
+        if coplayer:
             out.update(_accuracy(trace, K, self.coplayer[0].hindsight_window))
         return out
 
@@ -326,6 +392,14 @@ class Baselines:
             self.oracle.observe(actions, active_before, ended, event)
 
 
+def _uniform_moves(s, slots: torch.Tensor, n_actions: int, generator: torch.Generator) -> torch.Tensor:
+    """Uniformly random moves [E, K] for `slots`, among each slot's available actions when the env masks them."""
+    E, K = s.obs.shape[0], slots.numel()
+    weights = torch.ones(E * K, n_actions) if s.available_actions is None else \
+        s.available_actions[:, slots].reshape(E * K, n_actions).float().cpu()
+    return torch.multinomial(weights, 1, generator=generator).view(E, K).to(s.obs.device)
+
+
 def _latest_checkpoint(run_dir: Path, device) -> dict:
     from hypermappo.checkpoint import read_checkpoint
 
@@ -390,11 +464,36 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
             label = torch.where(given >= -1, given, label)
         label = label.unsqueeze(2).expand_as(pred)
         out["goal_accuracy"] = grid((pred == label) & (label >= 0), label >= 0)
+        out["recognise"] = _recognition(episode, t, valid, (pred == label) & (label >= 0), label >= 0, K, T)
         if "oracle_goal_pred" in trace[0]:  # the same labels, the oracle's belief
             oracle = torch.stack([x["oracle_goal_pred"] for x in trace])
             lab = label[:, :, :1].expand_as(oracle)
             out["oracle_goal_accuracy"] = grid((oracle == lab) & (lab >= 0), lab >= 0)
     return out
+
+
+def _recognition(episode, t, valid, correct, labelled, K: int, T: int) -> dict:
+    """Steps to recognise the partner's goal per episode index k: the first step of an episode from which the
+    belief's argmax is the true goal at every labelled step to its end (report/adaptation_curves.py), per env,
+    learner agent and partner slot; `steps` is its mean over the episodes where that happens, `recognised` the
+    fraction of the episodes with a goal label where it does (NaN where none has a label)."""
+    from hypermappo.report.adaptation_curves import steps_to_recognise
+
+    s_idx, e_idx = valid.nonzero(as_tuple=True)
+    E, (Q, P) = episode.shape[1], correct.shape[2:]
+    cells = torch.zeros(2, E, K, T, Q, P, dtype=torch.bool)  # correct, labelled per (env, episode, step)
+    at = (e_idx, episode[s_idx, e_idx], t[s_idx, e_idx])
+    cells[0][at] = correct[s_idx, e_idx]
+    cells[1][at] = labelled[s_idx, e_idx]
+    cells = cells.movedim(3, -1).numpy()  # [2, E, K, Q, P, T]
+    steps = steps_to_recognise(cells[0], cells[1])  # [E, K, Q, P]
+    has_label = cells[1].any(-1)
+    found = ~np.isnan(steps)
+    n_label = has_label.sum((0, 2, 3))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_steps = np.where(found.sum((0, 2, 3)) > 0, np.nansum(steps, (0, 2, 3)) / found.sum((0, 2, 3)), np.nan)
+        fraction = np.where(n_label > 0, found.sum((0, 2, 3)) / np.maximum(n_label, 1), np.nan)
+    return {"steps": mean_steps.tolist(), "recognised": fraction.tolist(), "episodes": n_label.tolist()}
 
 
 def _curve(x: torch.Tensor) -> dict:
@@ -418,29 +517,62 @@ def _rates(sums: dict) -> dict:
 
 def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, memory=(True, False),
           partner_group: str | None = None, seed: int | None = None, deterministic: bool = True,
-          out: Path | None = None, device: str = "cpu") -> dict:
-    """Held-out evaluation of one run against each partner in `partners`, for each memory setting; written to
-    OUT/adaptation.json and OUT/adaptation.md when `out` is given."""
+          out: Path | None = None, device: str = "cpu", held_out: bool = False, oracles: list | None = None) -> dict:
+    """Held-out evaluation of one run against each partner (or mix, `A+B+C`: one per partner slot) in `partners`,
+    for each memory setting; written to OUT/adaptation.json and OUT/adaptation.md when `out` is given.
+
+    Every result says how many episodes the run trained against that partner (`training_episodes`, from the run's
+    own records: 0 = held out); `held_out` makes a partner the run met an error. `oracles` (one run directory per
+    partner) adds normalised returns: the oracle is a learner trained against that mix alone with this run's
+    budget (checked), the lower bound a uniformly random player in the learner's seats against the same mix."""
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise UserError(f"adapt: --episodes {episodes!r} is invalid; expected consecutive episodes K >= 1")
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise UserError(f"adapt: --num-envs {num_envs!r} is invalid; expected an env count >= 1")
     if not partners:
         raise UserError("adapt: --partners is empty; expected scripted:NAME or run directories")
-    members = [parse_partner(p) for p in partners]
+    if oracles is not None and len(oracles) != len(partners):
+        raise UserError(f"adapt: --oracles names {len(oracles)} runs for {len(partners)} partners; expected one "
+                        f"oracle run per partner, in the same order")
+    mixes = [parse_mix(p) for p in partners]
     match = HeldOutMatch(Path(run_dir), partner_group, num_envs, torch.device(device))
+    record = training_record(match.run_dir, match.cfg, match.partner_group)
     seed = match.cfg.seed + EVAL_SEED_OFFSET if seed is None else seed
     results = []
-    for spec, member in zip(partners, members):
+    for i, (spec, mix) in enumerate(zip(partners, mixes)):
+        met = [_met_in_training(m, record) for m in mix]
+        if held_out:
+            for m, n in zip(mix, met):
+                if n != 0:
+                    raise UserError(f"adapt: partner {m.identity()!r} is not held out: run {str(run_dir)!r} trained "
+                                    f"against it ({'an unknown number of' if n is None else n} episodes, from its "
+                                    f"own records); --held-out evaluates partners the run never met")
+        bounds = None
+        if oracles is not None:
+            check_oracle(match, Path(oracles[i]), mix)
+            oracle = HeldOutMatch(Path(oracles[i]), None, num_envs, torch.device(device))
+            bounds = {"oracle": float(oracle.play(mix, episodes, True, seed, deterministic)["return"].mean()),
+                      "random": float(match.play(mix, episodes, True, seed, deterministic, focal="random")
+                                      ["return"].mean()),
+                      "oracle_run": str(oracles[i])}
         for mem in memory:
-            played = match.play(member, episodes, mem, seed, deterministic)
-            result = {"partner": _label(member), "source": spec, "memory": bool(mem),
+            played = match.play(mix, episodes, mem, seed, deterministic)
+            result = {"partner": _label(mix if len(mix) > 1 else mix[0]), "source": spec, "memory": bool(mem),
+                      "training_episodes": None if None in met else int(sum(met)),
                       "return": _curve(played["return"]), "team_return": _curve(played["team"])}
+            if bounds is not None:
+                from hypermappo.report.adaptation_curves import normalised_return
+
+                result["bounds"] = bounds
+                result["normalised_return"] = normalised_return(played["return"].mean(0).numpy(), bounds["random"],
+                                                                bounds["oracle"]).tolist()
             for name in ("action_accuracy", "goal_accuracy", "action_nll", "repeat_action_accuracy",
                          "frequent_action_accuracy", "oracle_action_accuracy", "oracle_nll",
                          "policy_action_accuracy", "oracle_goal_accuracy"):
                 if name in played:
                     result[name] = _rates(played[name])
+            if "recognise" in played:
+                result["recognise"] = played["recognise"]
             results.append(result)
     report = {"run_dir": str(run_dir), "env": match.cfg.env, "episodes": episodes, "num_envs": num_envs,
               "seed": seed, "deterministic": deterministic, "results": results}
@@ -452,12 +584,61 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
     return report
 
 
+BUDGET_KEYS = ("env", "env_kwargs", "total_env_steps", "num_envs", "rollout_length")
+
+
+def check_oracle(match: HeldOutMatch, oracle_dir: Path, mix: list) -> None:
+    """An oracle for a held-out mix is a run of the same game with the focal run's budget (env, env settings, env
+    steps, envs, rollout length) whose partner group met exactly the mix's members in training (its records)."""
+    from hypermappo import config as config_mod
+
+    if not (oracle_dir / "config.yaml").exists():
+        raise UserError(f"adapt: oracle {str(oracle_dir)!r} is not a run directory (no config.yaml)")
+    cfg = config_mod.from_run_dir(oracle_dir)
+    for key in BUDGET_KEYS:
+        mine, theirs = getattr(match.cfg, key), getattr(cfg, key)
+        if mine != theirs:
+            raise UserError(f"adapt: oracle {str(oracle_dir)!r} has {key}={theirs!r} where the evaluated run has "
+                            f"{mine!r}; expected an oracle trained on the same game with the same budget")
+    oracle_match = HeldOutMatch(oracle_dir, None, 1, torch.device("cpu"))
+    met = {k for k, n in training_record(oracle_dir, cfg, oracle_match.partner_group).items() if n != 0}
+    want = {m.identity() for m in mix}
+    if met != want:
+        raise UserError(f"adapt: oracle {str(oracle_dir)!r} trained against {sorted(met)}; expected exactly the "
+                        f"held-out mix {sorted(want)}")
+
+
 def markdown(report: dict) -> str:
     K = report["episodes"]
-    head = "| partner | memory | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |"
+    head = "| partner | memory | met in training | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |"
     lines = [f"Held-out partners of {report['run_dir']} ({report['env']}): learner return per consecutive episode, "
-             f"mean over {report['num_envs']} envs", "", head, "|" + "---|" * (K + 2)]
+             f"mean over {report['num_envs']} envs", "", head, "|" + "---|" * (K + 3)]
+
+    def met(r) -> str:
+        n = r.get("training_episodes")
+        return "unknown" if n is None else ("no" if n == 0 else f"{n} episodes")
+
     for r in report["results"]:
         cells = " | ".join(f"{m:.2f}" for m in r["return"]["mean"])
-        lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {cells} |")
+        lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {met(r)} | {cells} |")
+    normed = [r for r in report["results"] if "normalised_return" in r]
+    if normed:
+        lines += ["", "Normalised return per episode: (return - random) / (oracle - random), where random is a uniformly "
+                  "random player in the learner's seats and oracle a learner trained against that mix alone with "
+                  "the same budget", "", "| partner | memory | random | oracle | "
+                  + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |", "|" + "---|" * (K + 4)]
+        for r in normed:
+            cells = " | ".join(f"{v:.2f}" for v in r["normalised_return"])
+            lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {r['bounds']['random']:.2f} | "
+                         f"{r['bounds']['oracle']:.2f} | {cells} |")
+    known = [r for r in report["results"] if "recognise" in r]
+    if known:
+        lines += ["", "Steps to recognise the partner's goal (mean over the episodes where the belief's argmax is the "
+                  "true goal from some step to the episode's end; in brackets the fraction of episodes where it is)",
+                  "", "| partner | memory | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |",
+                  "|" + "---|" * (K + 2)]
+        for r in known:
+            cells = " | ".join(f"{st:.1f} ({fr:.2f})" for st, fr in zip(r["recognise"]["steps"],
+                                                                       r["recognise"]["recognised"]))
+            lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {cells} |")
     return "\n".join(lines) + "\n"

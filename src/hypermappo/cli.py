@@ -62,11 +62,17 @@ examples:
       scripted:staghunt_follow --row-slots 0 --col-slots 1 --episodes 100 --out report/crossplay
   hypermappo crossplay --env matrix:stag_hunt --rows scripted:fixed@action=0 scripted:fixed@action=1 \\
       --cols scripted:fixed@action=0 scripted:fixed@action=1""",
-    "adapt": """partners: scripted:NAME[@key=value...], RUN_DIR or RUN_DIR#GROUP (a learner group of that run, frozen).
+    "adapt": """partners: scripted:NAME[@key=value...], RUN_DIR or RUN_DIR#GROUP (a learner group of that run, frozen);
+A+B+C: a mix, one partner per partner slot (4-player games such as staghunt/hop).
 Writes OUT/adaptation.json and adaptation.md: the learner's return in each of K consecutive episodes per partner.
 
+With --oracles (one run per partner, trained against it alone with the same budget): normalised returns,
+0 = a random player in the learner's seats, 1 = the oracle. --held-out: refuse partners the run trained with.
+
 examples:
-  hypermappo adapt runs/x --partners scripted:staghunt_follow runs/partner#b --episodes 10 --num-envs 64""",
+  hypermappo adapt runs/x --partners scripted:staghunt_follow runs/partner#b --episodes 10 --num-envs 64
+  hypermappo adapt runs/hop --held-out --oracles runs/hop_oracle --episodes 10 \\
+      --partners scripted:staghunt_stag@eps=0.2+scripted:staghunt_hare@eps=0.2+scripted:random""",
     "presets": "examples:\n  hypermappo presets",
     "config": """examples:
   hypermappo config mpe/simple_spread algo=ippo      # print the effective config
@@ -153,6 +159,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--stochastic", action="store_true", help="sample the learner's actions instead of the mode")
     a.add_argument("--seed", type=int, default=None, help="env seed (default: the run's evaluation seed)")
     a.add_argument("--out", type=Path, default=Path("report/adaptation"), help="output directory")
+    a.add_argument("--held-out", action="store_true",
+                   help="refuse a partner the run met in training (its own records say which it met)")
+    a.add_argument("--oracles", nargs="+", metavar="RUN_DIR",
+                   help="per partner, a run trained against it alone with the same budget: adds normalised returns")
 
     add("presets", "list the presets under configs/")
     add("bench", "training throughput table (benchmarks/throughput.py; `hypermappo bench --help` for its options)")
@@ -238,7 +248,7 @@ def cmd_adapt(args) -> int:
 
     memory = {"on": (True,), "off": (False,), "both": (True, False)}[args.memory]
     adapt(args.run_dir, args.partners, args.episodes, args.num_envs, memory, args.group, args.seed,
-          not args.stochastic, args.out)
+          not args.stochastic, args.out, held_out=args.held_out, oracles=args.oracles)
     print((args.out / "adaptation.md").read_text(), end="")
     print(f"wrote {args.out / 'adaptation.json'}, {args.out / 'adaptation.md'}")
     return 0
