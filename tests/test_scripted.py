@@ -43,6 +43,15 @@ def test_staghunt_hare_walks_to_the_nearest_hare():
     assert act("staghunt_hare", env, step, [1]).tolist() == [[UP], [STAY]]  # slots pick the hunters
 
 
+def test_a_prey_rule_without_that_prey_in_the_game_stays_and_has_no_goal():
+    """HOP's snowdrift has no hares: the hare rule stays (and writes no goal) instead of failing."""
+    env = StagHuntVecEnv(3, n_hunters=4, grid_size=8, n_stags=6, n_hares=0, payoff="snowdrift")
+    step = env.reset(seed=0)
+    ctx = ScriptedContext(env, torch.tensor([1, 2, 3]), torch.Generator().manual_seed(0), {})
+    assert (get_scripted("staghunt_hare")(step, ctx) == STAY).all() and (ctx.goal == -1).all()
+    assert act("staghunt_stag", env, step, [1, 2, 3]).shape == (3, 3)
+
+
 def test_staghunt_stag_team_catches_the_stag_after_k_steps():
     # hunters in opposite corners, the stag in the middle: 4 moves each, the catch pays 10 at step 4
     env, step = staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]])

@@ -47,7 +47,10 @@ def _noop_dead(step: EnvStep, slots: torch.Tensor, actions: torch.Tensor) -> tor
 
 
 def _masked_argmin(dist: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """dist [..., M], valid [..., M] -> (index of the smallest valid entry [...], any valid [...])."""
+    """dist [..., M], valid [..., M] -> (index of the smallest valid entry [...], any valid [...]); with no
+    candidates at all (M = 0, e.g. the hare rule where the env has no hares) index 0 and no target."""
+    if dist.shape[-1] == 0:
+        return torch.zeros(dist.shape[:-1], dtype=torch.long, device=dist.device), valid.any(-1)
     return dist.masked_fill(~valid, math.inf).argmin(-1), valid.any(-1)
 
 
@@ -72,6 +75,8 @@ def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tenso
     dist = (me.unsqueeze(2) - targets.unsqueeze(1)).abs().sum(-1)  # [E, K, M]
     valid = valid.unsqueeze(1).expand_as(dist) if valid.dim() == 2 else valid
     nearest, has_target = _masked_argmin(dist.float(), valid)  # [E, K]
+    if targets.shape[1] == 0:  # no such target in this game: stay
+        return torch.zeros_like(nearest), nearest, has_target
     goal = targets.gather(1, nearest.unsqueeze(-1).expand(-1, -1, 2))  # [E, K, 2]
     return _grid_step_towards(me, goal, has_target), nearest, has_target
 
