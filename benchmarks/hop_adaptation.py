@@ -40,15 +40,24 @@ sys.path.insert(0, SRC[0])
 from hypermappo.report.adaptation_curves import curve_summary, paired_difference  # noqa: E402
 
 GAMES = {
-    "hop": {"preset": "staghunt/hop",
+    "hop": {"preset": "staghunt/hop", "coplayers": [1, 2, 3],
             "zoo": {"stag": "staghunt_stag", "hare": "staghunt_hare", "follow": "staghunt_follow",
                     "random": "random"},
             "folds": ["stag", "hare", "follow"]},
-    "hop_snowdrift": {"preset": "staghunt/hop_snowdrift",
+    "hop_snowdrift": {"preset": "staghunt/hop_snowdrift", "coplayers": [1, 2, 3],
                       "zoo": {"drift": "staghunt_stag", "follow": "staghunt_follow", "random": "random"},
                       "folds": ["drift", "follow"]},
+    # the coin game (2 players, general-sum): one co-player; the stag-hunt presets' protocol unchanged
+    "coingame": {"preset": "coingame/default", "coplayers": [1],
+                 "zoo": {"cooperative": "coin_cooperative", "selfish": "coin_selfish", "random": "random"},
+                 "folds": ["cooperative", "selfish"]},
 }
-VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=policy"]}
+VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=policy"],
+            # more of the grid, on request (--variants): the recurrent model fed, the belief as Hyper-MAPPO's context
+            "gru-fed": ["coplayer.enabled=true", "coplayer.model=gru", "coplayer.feed=policy",
+                        "coplayer.memory=persistent", "coplayer.epochs=10"],
+            "hyper-belief": ["coplayer.enabled=true", "actor=hyper", "hyper.context=[coplayer]"]}
+DEFAULT_VARIANTS = "mappo,belief-fed"
 EPISODES_SHOWN = (1, 3)  # and K
 
 
@@ -56,10 +65,11 @@ def _env():
     return {**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": ""}
 
 
-def train(preset: str, members: list[str], overrides: list[str], run_dir: Path) -> None:
+def train(game: str, members: list[str], overrides: list[str], run_dir: Path) -> None:
     listed = ", ".join(f"{{policy: {m}}}" for m in members)
-    groups = (f"groups=[{{name: focal, agents: [0]}}, {{name: coplayers, agents: [1, 2, 3], kind: population, "
-              f"draw: slot, members: [{listed}]}}]")
+    groups = (f"groups=[{{name: focal, agents: [0]}}, {{name: coplayers, agents: {GAMES[game]['coplayers']}, "
+              f"kind: population, draw: slot, members: [{listed}]}}]")
+    preset = GAMES[game]["preset"]
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", preset, groups, *overrides, f"run_dir={run_dir}",
            "torch_threads=1", "log.tensorboard=false", "--quiet"]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env=_env())
@@ -73,7 +83,7 @@ def oracle_run(game: str, fold: str, seed: int, args) -> Path:
     run_dir = Path(args.runs) / game / f"oracle_{fold}_s{seed}"
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(GAMES[game]["preset"], [GAMES[game]["zoo"][fold]], budget(args, seed), run_dir)
+        train(game, [GAMES[game]["zoo"][fold]], budget(args, seed), run_dir)
     return run_dir
 
 
@@ -87,14 +97,15 @@ def focal_run(game: str, variant: str, fold: str, seed: int, args) -> Path:
     zoo = GAMES[game]["zoo"]
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(GAMES[game]["preset"], [p for name, p in zoo.items() if name != fold],
+        train(game, [p for name, p in zoo.items() if name != fold],
               [*VARIANTS[variant], *budget(args, seed)], run_dir)
     t_train = time.time() - t
     oracle = oracle_run(game, fold, seed, args)
-    mix = "+".join([f"scripted:{zoo[fold]}"] * 3)
+    mix = "+".join([f"scripted:{zoo[fold]}"] * len(GAMES[game]["coplayers"]))
     cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--held-out", "--partners", mix,
            "--oracles", str(oracle), "--episodes", str(args.k), "--num-envs", str(args.eval_envs),
-           "--memory", "both" if VARIANTS[variant] else "on", "--out", str(out)]
+           "--memory", "both" if any(o.startswith("coplayer.enabled") for o in VARIANTS[variant]) else "on",
+           "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env=_env())
     print(f"[done] {game} {variant} -{fold} seed {seed}: train {t_train:.0f}s, total {time.time() - t:.0f}s",
           flush=True)
@@ -104,7 +115,7 @@ def focal_run(game: str, variant: str, fold: str, seed: int, args) -> Path:
 def collect(game: str, args, seeds: list[int]) -> dict:
     """{variant: {memory: {"curves": [runs, K], "pairs": [(seed, fold)], "bounds": [...]}}} of finished runs."""
     out: dict = {}
-    for variant in VARIANTS:
+    for variant in args.variants:
         for memory in (True, False):
             curves, pairs, bounds, raw = [], [], [], []
             for seed in seeds:
@@ -174,7 +185,8 @@ def report(args, seeds: list[int]) -> None:
     except (OSError, StopIteration):
         pass
     lines += [f"Produced {time.strftime('%Y-%m-%d')} by `python benchmarks/hop_adaptation.py --games "
-              f"{','.join(args.games)} --seeds {','.join(map(str, seeds))} --steps {args.steps} --num-envs "
+              f"{','.join(args.games)} --variants {','.join(args.variants)} --seeds {','.join(map(str, seeds))} "
+              f"--steps {args.steps} --num-envs "
               f"{args.num_envs} --k {K} --eval-envs {args.eval_envs}`; {cpu}. {args.note}".rstrip()]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +234,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--games", default="hop,hop_snowdrift")
     p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"some of {sorted(VARIANTS)}")
     p.add_argument("--steps", type=int, default=300_000, help="training env steps per run (focal and oracle)")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--k", type=int, default=10, help="consecutive held-out episodes")
@@ -236,6 +249,9 @@ def main() -> None:
     unknown = [g for g in args.games if g not in GAMES]
     if unknown:
         p.error(f"--games {unknown[0]!r} is not one of {sorted(GAMES)}")
+    args.variants = [v for v in args.variants.split(",") if v]
+    if [v for v in args.variants if v not in VARIANTS]:
+        p.error(f"--variants {[v for v in args.variants if v not in VARIANTS][0]!r} is not one of {sorted(VARIANTS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     if not args.report_only:
         # seed by seed (a cut run still leaves whole seeds): the oracles first (each serves both variants)
@@ -244,7 +260,8 @@ def main() -> None:
                 list(pool.map(lambda job: oracle_run(*job, args),
                               [(g, f, s) for g in args.games for f in GAMES[g]["folds"]]))
                 list(pool.map(lambda job: focal_run(*job, args),
-                              [(g, v, f, s) for g in args.games for v in VARIANTS for f in GAMES[g]["folds"]]))
+                              [(g, v, f, s) for g in args.games for v in args.variants
+                               for f in GAMES[g]["folds"]]))
     report(args, seeds)
 
 
