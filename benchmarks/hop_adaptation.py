@@ -47,6 +47,12 @@ GAMES = {
     "hop_snowdrift": {"preset": "staghunt/hop_snowdrift", "coplayers": [1, 2, 3],
                       "zoo": {"drift": "staghunt_stag", "follow": "staghunt_follow", "random": "random"},
                       "folds": ["drift", "follow"]},
+    # zero-sum: MPE simple_tag, the focal learner a predator among 2 predators and 2 prey drawn per slot (each rule
+    # chases in a predator seat and flees in a prey seat)
+    "tag": {"preset": "mpe/simple_tag_coplayers", "coplayers": [1, 2, 3, 4],
+            "zoo": {"nearest": "tag_nearest", "intercept": "tag_intercept", "target": "tag_target",
+                    "random": "random"},
+            "folds": ["nearest", "intercept", "target"]},
     # the coin game (2 players, general-sum): one co-player; the stag-hunt presets' protocol unchanged
     "coingame": {"preset": "coingame/default", "coplayers": [1],
                  "zoo": {"cooperative": "coin_cooperative", "selfish": "coin_selfish", "random": "random"},

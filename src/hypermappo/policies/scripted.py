@@ -115,5 +115,5 @@ def fixed_action(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     return torch.where(step.active[:, ctx.slots], a, torch.zeros_like(a))
 
 
-# env-specific rules (stag hunt, simple_spread, matrix games) register themselves on import
-from hypermappo.policies import scripted_rules  # noqa: E402, F401
+# env-specific rules (stag hunt, coin game, simple_spread, simple_tag, matrix games) register themselves on import
+from hypermappo.policies import scripted_rules, scripted_tag  # noqa: E402, F401  (scripted_tag: MPE simple_tag)

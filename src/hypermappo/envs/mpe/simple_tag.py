@@ -14,6 +14,16 @@ curriculum, terminate_on_success, partial observability (num_*_neighbors), bench
 
 Env strings: `mpe:simple_tag` (alias `_v3`). kwargs: num_good (1), num_adversaries (3), num_obstacles (2),
 max_cycles (25), continuous_actions (False).
+
+Goal labels (this library's, for co-player models; `spec.goal_names` = `chase_0` .. `chase_{G-1}`, then `flee_left`,
+`flee_right`, `flee_down`, `flee_up`): `extras["goal_event"]` [E, A] int64 in every EnvStep says, for the step just
+taken, which prey each adversary went for and which way each prey fled:
+- adversary v: `chase_g` for the good agent g it touches (the nearest one when several), else for the one it came
+  nearest to by more than APPROACH (0.02) in this step, else -1;
+- good agent g: `flee_<direction>` of its displacement's larger axis when an adversary was within THREAT (0.6)
+  before the step and it moved more than 0.01, else -1;
+- -1 at reset. Moves are public (`spec.public_actions`): every agent's move shows up as the acceleration of a body
+  the others see, as in the gridworlds where co-player models read the others' last moves.
 """
 
 from __future__ import annotations
@@ -22,6 +32,39 @@ import torch
 
 from hypermappo.envs.mpe._scenario import WorldScenarioEnv, check_count
 from hypermappo.envs.mpe._world import Entity
+
+FLEE_NAMES = ("flee_left", "flee_right", "flee_down", "flee_up")  # the prey's goals, after the chase_g goals
+APPROACH = 0.02  # an adversary coming this much nearer to a prey in one step is going for it
+THREAT = 0.6  # a prey with an adversary this near is fleeing
+MOVED = 0.01  # a prey that moved less than this did not flee anywhere
+
+
+def tag_goal_names(num_good: int) -> list[str]:
+    return [f"chase_{g}" for g in range(num_good)] + list(FLEE_NAMES)
+
+
+def flee_goal(delta: torch.Tensor, num_good: int) -> torch.Tensor:
+    """delta [..., 2] (a displacement or an intended move) -> the flee goal index of its larger axis [...]."""
+    x, y = delta.unbind(-1)
+    direction = torch.where(x.abs() >= y.abs(), torch.where(x < 0, 0, 1), torch.where(y < 0, 2, 3))
+    return num_good + direction
+
+
+def goal_events(before: torch.Tensor, after: torch.Tensor, V: int, touch: float) -> torch.Tensor:
+    """Agents' positions before and after a step [E, A, 2] (V adversaries first) -> goal_event [E, A] long."""
+    G = before.shape[1] - V
+    gap_before = torch.cdist(before[:, :V], before[:, V:])  # [E, V, G]
+    gap_after = torch.cdist(after[:, :V], after[:, V:])
+    touching = gap_after < touch
+    nearest = gap_after.argmin(-1)  # [E, V]
+    closing = gap_before - gap_after  # [E, V, G]
+    best = closing.argmax(-1)
+    chase = torch.where(touching.any(-1), nearest,
+                        torch.where(closing.amax(-1) > APPROACH, best, -1))  # [E, V]
+    threatened = gap_before.amin(1) < THREAT  # [E, G]
+    moved = after[:, V:] - before[:, V:]  # [E, G, 2]
+    flee = torch.where(threatened & (moved.norm(dim=-1) > MOVED), flee_goal(moved, G), -1)  # [E, G]
+    return torch.cat([chase, flee], 1).long()
 
 
 def boundary_penalty(pos: torch.Tensor) -> torch.Tensor:
@@ -59,6 +102,31 @@ class SimpleTagVecEnv(WorldScenarioEnv):
         good_others = [[j for j in good_ids if j != i] for i in good_ids]
         self._good_others = torch.tensor(good_others, dtype=torch.long, device=dev)  # [G, G-1]
         self._pair_min = torch.tensor([[0.075 + 0.05]], device=dev)  # adversary-good touching distance
+        self.spec.goal_names = tag_goal_names(G)
+        self.spec.public_actions = True
+        self._last_pos = None  # [E, A, 2] every agent's position at the last observation (goal labels)
+
+    def _positions(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs[:, :, 2:4].clone()  # every agent's observation starts with its velocity, then its position
+
+    def _start_step(self):
+        s = super()._start_step()
+        self._last_pos = self._positions(s.obs)
+        s.extras["goal_event"] = torch.full((self.num_envs, self.num_agents), -1, dtype=torch.long, device=self.device)
+        return s
+
+    def step(self, actions: torch.Tensor):
+        s = super().step(actions)
+        if self._last_pos is None:  # a state set from outside (set_state) before any step
+            self._last_pos = self._positions(s.final_obs)
+        s.extras["goal_event"] = goal_events(self._last_pos, self._positions(s.final_obs), self.n_adversaries,
+                                             0.075 + 0.05)
+        self._last_pos = self._positions(s.obs)
+        return s
+
+    def set_state(self, state: dict) -> None:
+        super().set_state(state)
+        self._last_pos = self._positions(self._observe())
 
     def _observe_groups(self) -> list[torch.Tensor]:
         w, V, G, E = self.world, self.n_adversaries, self.n_good, self.num_envs
