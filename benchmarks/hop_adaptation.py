@@ -39,24 +39,37 @@ sys.path.insert(0, SRC[0])
 
 from hypermappo.report.adaptation_curves import curve_summary, paired_difference  # noqa: E402
 
+# A member is "rule" or "rule@key=value@..." (params); held-out variants pursue the zoo's goals by moves of their own
+# (another path to the same target, the tag rules' other target) with some noise, so no training member is one of them.
 GAMES = {
     "hop": {"preset": "staghunt/hop", "coplayers": [1, 2, 3],
             "zoo": {"stag": "staghunt_stag", "hare": "staghunt_hare", "follow": "staghunt_follow",
                     "random": "random"},
-            "folds": ["stag", "hare", "follow"]},
+            "held_out": {"stag~": "staghunt_stag@path=cols@eps=0.1", "hare~": "staghunt_hare@path=rows@eps=0.1",
+                         "follow~": "staghunt_follow@path=cols@eps=0.1"}},
     "hop_snowdrift": {"preset": "staghunt/hop_snowdrift", "coplayers": [1, 2, 3],
                       "zoo": {"drift": "staghunt_stag", "follow": "staghunt_follow", "random": "random"},
-                      "folds": ["drift", "follow"]},
+                      "held_out": {"drift~": "staghunt_stag@path=cols@eps=0.1",
+                                   "follow~": "staghunt_follow@path=rows@eps=0.1"}},
     # zero-sum: MPE simple_tag, the focal learner a predator among 2 predators and 2 prey drawn per slot (each rule
     # chases in a predator seat and flees in a prey seat)
     "tag": {"preset": "mpe/simple_tag_coplayers", "coplayers": [1, 2, 3, 4],
             "zoo": {"nearest": "tag_nearest", "intercept": "tag_intercept", "target": "tag_target",
                     "random": "random"},
-            "folds": ["nearest", "intercept", "target"]},
-    # the coin game (2 players, general-sum): one co-player; the stag-hunt presets' protocol unchanged
+            "held_out": {"nearest~": "tag_nearest@eps=0.2", "intercept~": "tag_intercept@eps=0.2",
+                         "target1~": "tag_target@target=1@eps=0.2"}},
+    # the coin game (2 players, general-sum): one co-player
     "coingame": {"preset": "coingame/default", "coplayers": [1],
                  "zoo": {"cooperative": "coin_cooperative", "selfish": "coin_selfish", "random": "random"},
-                 "folds": ["cooperative", "selfish"]},
+                 "held_out": {"cooperative~": "coin_cooperative@path=cols@eps=0.1",
+                              "selfish~": "coin_selfish@path=cols@eps=0.1"}},
+}
+PROTOCOLS = {
+    # variants: the focal learner trains against the whole zoo; held out are new co-players with the zoo's goals
+    "variants": "new co-players pursuing the zoo's goals by moves of their own",
+    # types: leave one goal-directed type out of the zoo and evaluate against it (a goal no co-player pursued in
+    # training: a best response the focal learner may never have needed)
+    "types": "leave-one-type-out",
 }
 VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=policy"],
             # more of the grid, on request (--variants): the recurrent model fed, the belief as Hyper-MAPPO's context
@@ -71,8 +84,16 @@ def _env():
     return {**os.environ, "PYTHONPATH": SRC[0], "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": ""}
 
 
+def _member(spec: str) -> str:
+    """"rule@k=v@..." -> a population member entry {policy: rule, params: {k: v}}."""
+    name, *params = spec.split("@")
+    if not params:
+        return f"{{policy: {name}}}"
+    return f"{{policy: {name}, params: {{{', '.join(p.replace('=', ': ') for p in params)}}}}}"
+
+
 def train(game: str, members: list[str], overrides: list[str], run_dir: Path) -> None:
-    listed = ", ".join(f"{{policy: {m}}}" for m in members)
+    listed = ", ".join(_member(m) for m in members)
     groups = (f"groups=[{{name: focal, agents: [0]}}, {{name: coplayers, agents: {GAMES[game]['coplayers']}, "
               f"kind: population, draw: slot, members: [{listed}]}}]")
     preset = GAMES[game]["preset"]
@@ -85,36 +106,55 @@ def budget(args, seed: int) -> list[str]:
     return [f"seed={seed}", f"total_env_steps={args.steps}", f"num_envs={args.num_envs}"]
 
 
+def folds(game: str, protocol: str) -> dict:
+    """{fold: (the focal learner's training members, the held-out co-player)} of a protocol."""
+    zoo = GAMES[game]["zoo"]
+    if protocol == "variants":
+        return {name: (list(zoo.values()), member) for name, member in GAMES[game]["held_out"].items()}
+    return {name: ([m for n, m in zoo.items() if n != name], zoo[name]) for name in zoo if name != "random"}
+
+
+def _runs(args, game: str) -> Path:
+    return Path(args.runs) / game if args.protocol == "variants" else Path(args.runs) / game / "types"
+
+
 def oracle_run(game: str, fold: str, seed: int, args) -> Path:
-    run_dir = Path(args.runs) / game / f"oracle_{fold}_s{seed}"
+    run_dir = _runs(args, game) / f"oracle_{fold}_s{seed}"
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(game, [GAMES[game]["zoo"][fold]], budget(args, seed), run_dir)
+        train(game, [folds(game, args.protocol)[fold][1]], budget(args, seed), run_dir)
     return run_dir
 
 
-def focal_run(game: str, variant: str, fold: str, seed: int, args) -> Path:
-    """Train the focal learner without `fold`, then its held-out evaluation with normalised returns."""
-    run_dir = Path(args.runs) / game / f"{variant}_minus_{fold}_s{seed}"
-    out = run_dir / "heldout"
-    if (out / "adaptation.json").exists():
-        return run_dir
-    t = time.time()
-    zoo = GAMES[game]["zoo"]
+def focal_dir(game: str, variant: str, fold: str, seed: int, args) -> Path:
+    """The variants protocol trains one focal learner per variant and seed (the whole zoo) for every fold."""
+    if args.protocol == "variants":
+        return _runs(args, game) / f"{variant}_zoo_s{seed}"
+    return _runs(args, game) / f"{variant}_minus_{fold}_s{seed}"
+
+
+def focal_train(game: str, variant: str, fold: str, seed: int, args) -> Path:
+    run_dir = focal_dir(game, variant, fold, seed, args)
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(game, [p for name, p in zoo.items() if name != fold],
-              [*VARIANTS[variant], *budget(args, seed)], run_dir)
-    t_train = time.time() - t
-    oracle = oracle_run(game, fold, seed, args)
-    mix = "+".join([f"scripted:{zoo[fold]}"] * len(GAMES[game]["coplayers"]))
+        t = time.time()
+        train(game, folds(game, args.protocol)[fold][0], [*VARIANTS[variant], *budget(args, seed)], run_dir)
+        print(f"[trained] {game} {variant} {run_dir.name}: {time.time() - t:.0f}s", flush=True)
+    return run_dir
+
+
+def focal_eval(game: str, variant: str, fold: str, seed: int, args) -> Path:
+    """The held-out evaluation of a trained focal learner against `fold`, normalised by its oracle."""
+    run_dir = focal_dir(game, variant, fold, seed, args)
+    out = run_dir / f"heldout_{fold}"
+    if (out / "adaptation.json").exists():
+        return run_dir
+    mix = "+".join([f"scripted:{folds(game, args.protocol)[fold][1]}"] * len(GAMES[game]["coplayers"]))
     cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--held-out", "--partners", mix,
-           "--oracles", str(oracle), "--episodes", str(args.k), "--num-envs", str(args.eval_envs),
-           "--memory", "both" if any(o.startswith("coplayer.enabled") for o in VARIANTS[variant]) else "on",
-           "--out", str(out)]
+           "--oracles", str(oracle_run(game, fold, seed, args)), "--episodes", str(args.k), "--num-envs",
+           str(args.eval_envs), "--memory",
+           "both" if any(o.startswith("coplayer.enabled") for o in VARIANTS[variant]) else "on", "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, env=_env())
-    print(f"[done] {game} {variant} -{fold} seed {seed}: train {t_train:.0f}s, total {time.time() - t:.0f}s",
-          flush=True)
     return run_dir
 
 
@@ -123,10 +163,10 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     out: dict = {}
     for variant in args.variants:
         for memory in (True, False):
-            curves, pairs, bounds, raw = [], [], [], []
+            curves, pairs, bounds, raw, steps = [], [], [], [], []
             for seed in seeds:
-                for fold in GAMES[game]["folds"]:
-                    path = Path(args.runs) / game / f"{variant}_minus_{fold}_s{seed}" / "heldout" / "adaptation.json"
+                for fold in folds(game, args.protocol):
+                    path = focal_dir(game, variant, fold, seed, args) / f"heldout_{fold}" / "adaptation.json"
                     if not path.exists():
                         continue
                     report = json.loads(path.read_text())
@@ -138,9 +178,10 @@ def collect(game: str, args, seeds: list[int]) -> dict:
                     raw.append(r["return"]["mean"])
                     bounds.append(r["bounds"])
                     pairs.append((seed, fold))
+                    steps.append(r.get("recognise", {}).get("recognised"))
             if curves:
                 out.setdefault(variant, {})[memory] = {"curves": curves, "returns": raw, "pairs": pairs,
-                                                       "bounds": bounds}
+                                                       "bounds": bounds, "recognised": steps}
     return out
 
 
@@ -160,7 +201,8 @@ def report(args, seeds: list[int]) -> None:
         results[game] = {v: {str(m): {**d, "summary": curve_summary(np.array(d["curves"]))} for m, d in per.items()}
                          for v, per in data.items()}
         head = " | ".join(f"ep {k + 1}" + (" (K)" if k == K - 1 else "") for k in shown)
-        lines += [f"### {GAMES[game]['preset']}: normalised held-out return (IQM [95% CI] over seeds x folds)", "",
+        lines += [f"### {GAMES[game]['preset']}: normalised held-out return (IQM [95% CI] over seeds x folds; "
+                  f"held out: {PROTOCOLS[args.protocol]}, folds {', '.join(folds(game, args.protocol))})", "",
                   f"| variant | memory | {head} | ep K - ep 1 (mean, 95% CI) | runs |",
                   "|---|---|" + "---|" * len(shown) + "---|---|"]
         for variant, per in results[game].items():
@@ -181,6 +223,12 @@ def report(args, seeds: list[int]) -> None:
                 lines += ["", f"- belief-fed (memory on) minus MAPPO, normalised return at episode {k3 + 1}: "
                               f"{d['mean']:+.3f} (95% CI {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, {d['runs']} "
                               f"seed x fold pairs)"]
+        fed_on = data.get("belief-fed", {}).get(True)
+        if fed_on and all(r is not None for r in fed_on["recognised"]):
+            rec = np.array(fed_on["recognised"], dtype=float)  # [runs, K]
+            lines.append(f"- belief-fed, memory on: fraction of episodes in which the belief settles on the held-out "
+                         f"co-players' true goal, episode 1 {np.nanmean(rec[:, 0]):.2f}, episode K "
+                         f"{np.nanmean(rec[:, -1]):.2f}")
         bounds = [b for per in data.values() for d in per.values() for b in d["bounds"]]
         lines += [f"- bounds (mean over runs): random {np.mean([b['random'] for b in bounds]):.2f}, oracle "
                   f"{np.mean([b['oracle'] for b in bounds]):.2f} (episode return of the focal seat)", ""]
@@ -191,13 +239,15 @@ def report(args, seeds: list[int]) -> None:
     except (OSError, StopIteration):
         pass
     lines += [f"Produced {time.strftime('%Y-%m-%d')} by `python benchmarks/hop_adaptation.py --games "
-              f"{','.join(args.games)} --variants {','.join(args.variants)} --seeds {','.join(map(str, seeds))} "
+              f"{','.join(args.games)} --protocol {args.protocol} --variants {','.join(args.variants)} --seeds "
+              f"{','.join(map(str, seeds))} "
               f"--steps {args.steps} --num-envs "
               f"{args.num_envs} --k {K} --eval-envs {args.eval_envs}`; {cpu}. {args.note}".rstrip()]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps({"meta": {"games": args.games, "seeds": seeds, "steps": args.steps,
+                                                             "protocol": args.protocol,
                                                              "num_envs": args.num_envs, "K": K, "zoo": GAMES,
                                                              "variants": VARIANTS},
                                                     "results": results}, indent=1))
@@ -241,17 +291,23 @@ def main() -> None:
     p.add_argument("--games", default="hop,hop_snowdrift")
     p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"some of {sorted(VARIANTS)}")
+    p.add_argument("--protocol", default="variants", choices=sorted(PROTOCOLS),
+                   help="variants (default): held-out co-players pursue the zoo's goals by moves of their own; "
+                        "types: leave one goal-directed type of the zoo out")
     p.add_argument("--steps", type=int, default=300_000, help="training env steps per run (focal and oracle)")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--k", type=int, default=10, help="consecutive held-out episodes")
     p.add_argument("--eval-envs", type=int, default=32)
     p.add_argument("--workers", type=int, default=2, help="runs in parallel (one torch thread each)")
     p.add_argument("--runs", default=str(ROOT / "runs" / "bench_hop_adaptation"))
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "hop_adaptation"))
+    p.add_argument("--out", help="results file stem (default benchmarks/results/hop_adaptation, _types for types)")
     p.add_argument("--note", default="")
     p.add_argument("--report-only", action="store_true")
     args = p.parse_args()
     args.games = [g for g in args.games.split(",") if g]
+    if args.out is None:
+        stem = "hop_adaptation" + ("" if args.protocol == "variants" else "_types")
+        args.out = str(ROOT / "benchmarks" / "results" / stem)
     unknown = [g for g in args.games if g not in GAMES]
     if unknown:
         p.error(f"--games {unknown[0]!r} is not one of {sorted(GAMES)}")
@@ -260,14 +316,17 @@ def main() -> None:
         p.error(f"--variants {[v for v in args.variants if v not in VARIANTS][0]!r} is not one of {sorted(VARIANTS)}")
     seeds = [int(s) for s in args.seeds.split(",")]
     if not args.report_only:
-        # seed by seed (a cut run still leaves whole seeds): the oracles first (each serves both variants)
+        # seed by seed (a cut run still leaves whole seeds): every training run (oracles and focal learners, each
+        # directory once), then the held-out evaluations
         with ThreadPoolExecutor(args.workers) as pool:
             for s in seeds:
-                list(pool.map(lambda job: oracle_run(*job, args),
-                              [(g, f, s) for g in args.games for f in GAMES[g]["folds"]]))
-                list(pool.map(lambda job: focal_run(*job, args),
+                jobs = [(oracle_run, (g, f, s, args)) for g in args.games for f in folds(g, args.protocol)]
+                focal = {focal_dir(g, v, f, s, args): (focal_train, (g, v, f, s, args))
+                         for g in args.games for v in args.variants for f in folds(g, args.protocol)}
+                list(pool.map(lambda job: job[0](*job[1]), [*focal.values(), *jobs]))
+                list(pool.map(lambda job: focal_eval(*job, args),
                               [(g, v, f, s) for g in args.games for v in args.variants
-                               for f in GAMES[g]["folds"]]))
+                               for f in folds(g, args.protocol)]))
     report(args, seeds)
 
 

@@ -52,6 +52,21 @@ def test_a_prey_rule_without_that_prey_in_the_game_stays_and_has_no_goal():
     assert act("staghunt_stag", env, step, [1, 2, 3]).shape == (3, 3)
 
 
+def test_a_grid_rules_path_changes_its_moves_not_its_goal():
+    """Hunter 0 at (0, 0), its nearest hare at (2, 3): larger gap first -> right; rows first -> down; columns first
+    -> right. Hunter 1 at (4, 0), its nearest hare at (4, 2) in the same row: every path goes right."""
+    env, step = staghunt([[[0, 0], [4, 0]]], [[[4, 4], [2, 3], [4, 2]]])
+    moves = {}
+    for path in ("larger", "rows", "cols"):
+        ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0), {"path": path})
+        moves[path] = get_scripted("staghunt_hare")(step, ctx).tolist()
+        assert ctx.goal.tolist() == [[1, 1]]  # hare, whatever the path
+    assert moves == {"larger": [[RIGHT, RIGHT]], "rows": [[DOWN, RIGHT]], "cols": [[RIGHT, RIGHT]]}
+    ctx = ScriptedContext(env, torch.tensor([0]), torch.Generator(), {"path": "diagonal"})
+    with pytest.raises(UserError, match=r"'staghunt_hare': params path='diagonal' is invalid; expected one of"):
+        get_scripted("staghunt_hare")(step, ctx)
+
+
 def test_staghunt_stag_team_catches_the_stag_after_k_steps():
     # hunters in opposite corners, the stag in the middle: 4 moves each, the catch pays 10 at step 4
     env, step = staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]])

@@ -17,6 +17,10 @@ so `get_scripted("staghunt_stag")` finds them without the user importing anythin
     spread_nearest_landmark  go to the nearest landmark no other agent is nearer to (greedy "nearest free
                              landmark"); agents with none go to the nearest landmark nobody else has picked
     matrix_mixed             a fixed mixed strategy, params {probs: [p_0, ..., p_{A-1}]}, sampled with ctx.generator
+
+The grid rules (stag hunt, coin game) take `path`: `larger` (default: along the axis with the larger gap), `rows`
+(rows until aligned, then columns) or `cols`: the same goal by other moves, so a held-out partner can pursue a
+known goal in a way no training partner did (`scripted:staghunt_stag@path=cols`).
 """
 
 from __future__ import annotations
@@ -58,18 +62,31 @@ def _masked_argmin(dist: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tenso
 _BIG = 1 << 20  # larger than any Manhattan distance on a grid
 
 
-def _grid_step_towards(pos: torch.Tensor, target: torch.Tensor, has_target: torch.Tensor) -> torch.Tensor:
+PATHS = ("larger", "rows", "cols")  # the grid rules' `path` param: which way they walk to the same target
+
+
+def _path(ctx: ScriptedContext, name: str) -> str:
+    path = ctx.params.get("path", "larger")
+    if path not in PATHS:
+        raise UserError(f"scripted policy {name!r}: params path={path!r} is invalid; expected one of {list(PATHS)}")
+    return path
+
+
+def _grid_step_towards(pos: torch.Tensor, target: torch.Tensor, has_target: torch.Tensor,
+                       path: str = "larger") -> torch.Tensor:
     """One grid move from pos [E, K, 2] towards target [E, K, 2] (row, col): along the axis with the larger
-    gap (rows first on ties). Actions: 0 stay, 1 up, 2 down, 3 left, 4 right. No target or arrived: stay."""
+    gap (rows first on ties; path="rows": rows until aligned, then columns; "cols": columns first: the same goal
+    reached by other moves). Actions: 0 stay, 1 up, 2 down, 3 left, 4 right. No target or arrived: stay."""
     d_row, d_col = (target - pos).unbind(-1)  # [E, K] each
     vertical = torch.where(d_row < 0, 1, 2)
     horizontal = torch.where(d_col < 0, 3, 4)
-    move = torch.where(d_row.abs() >= d_col.abs(), vertical, horizontal)
+    rows_now = {"larger": d_row.abs() >= d_col.abs(), "rows": d_row != 0, "cols": d_col == 0}[path]
+    move = torch.where(rows_now, vertical, horizontal)
     arrived = (d_row == 0) & (d_col == 0)
     return torch.where(arrived | ~has_target, 0, move).long()
 
 
-def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor):
+def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, path: str = "larger"):
     """Walk from me [E, K, 2] to the nearest valid target. targets [E, M, 2], valid [E, M] or [E, K, M]
     -> (actions [E, K], chosen target index [E, K], has a target [E, K])."""
     dist = (me.unsqueeze(2) - targets.unsqueeze(1)).abs().sum(-1)  # [E, K, M]
@@ -78,7 +95,7 @@ def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tenso
     if targets.shape[1] == 0:  # no such target in this game: stay
         return torch.zeros_like(nearest), nearest, has_target
     goal = targets.gather(1, nearest.unsqueeze(-1).expand(-1, -1, 2))  # [E, K, 2]
-    return _grid_step_towards(me, goal, has_target), nearest, has_target
+    return _grid_step_towards(me, goal, has_target, path), nearest, has_target
 
 
 def _set_goal(step: EnvStep, ctx: ScriptedContext, goal: torch.Tensor, has_target: torch.Tensor) -> None:
@@ -89,7 +106,8 @@ def _set_goal(step: EnvStep, ctx: ScriptedContext, goal: torch.Tensor, has_targe
 def _prey_rule(step: EnvStep, ctx: ScriptedContext, name: str, stags: bool) -> torch.Tensor:
     env = _require(ctx.env, StagHuntVecEnv, name, "the stag hunt (env 'staghunt')")
     part = slice(0, env.n_stags) if stags else slice(env.n_stags, env.n_prey)  # prey holds stags, then hares
-    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.prey[:, part], env.prey_alive[:, part])
+    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.prey[:, part], env.prey_alive[:, part],
+                                              _path(ctx, name))
     _set_goal(step, ctx, torch.full_like(actions, STAG_GOAL if stags else HARE_GOAL), has_target)
     return _noop_dead(step, ctx.slots, actions)
 
@@ -112,7 +130,8 @@ def staghunt_follow(step: EnvStep, ctx: ScriptedContext) -> torch.Tensor:
     env = _require(ctx.env, StagHuntVecEnv, "staghunt_follow", "the stag hunt (env 'staghunt')")
     others = torch.arange(env.n_hunters, device=env.device) != ctx.slots.unsqueeze(-1)  # [K, H]: not itself
     valid = others.unsqueeze(0).expand(env.num_envs, -1, -1)  # [E, K, H]
-    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.hunters, valid)
+    actions, _, has_target = _walk_to_nearest(env.hunters[:, ctx.slots], env.hunters, valid,
+                                              _path(ctx, "staghunt_follow"))
     _set_goal(step, ctx, torch.full_like(actions, HUNTER_GOAL), has_target)  # it goes for a hunter
     return _noop_dead(step, ctx.slots, actions)
 
@@ -122,7 +141,7 @@ def _coin_rule(step: EnvStep, ctx: ScriptedContext, name: str, own_only: bool) -
     env = _require(ctx.env, CoinGameVecEnv, name, "the coin game (env 'coingame')")
     own = env.coin_colour.unsqueeze(1) == ctx.slots.view(1, -1, 1)  # [E, K, C]: slot i owns colour i
     valid = own if own_only else torch.ones_like(own)
-    actions, nearest, has_target = _walk_to_nearest(env.players[:, ctx.slots], env.coins, valid)
+    actions, nearest, has_target = _walk_to_nearest(env.players[:, ctx.slots], env.coins, valid, _path(ctx, name))
     goal = torch.where(own.gather(2, nearest.unsqueeze(-1)).squeeze(-1), OWN_GOAL, OTHER_GOAL)  # [E, K]
     if own_only:  # a cooperative player waiting for a coin of its colour still pursues its own coins: waiting is
         # how it does (labelled "no goal", its stay would read as random play to a model of the others)
