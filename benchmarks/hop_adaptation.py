@@ -51,9 +51,9 @@ GAMES = {
                       "zoo": {"drift": "staghunt_stag", "follow": "staghunt_follow", "random": "random"},
                       "held_out": {"drift~": "staghunt_stag@path=cols@eps=0.1",
                                    "follow~": "staghunt_follow@path=rows@eps=0.1"}},
-    # zero-sum: MPE simple_tag, the focal learner a predator among 2 predators and 2 prey drawn per slot (each rule
-    # chases in a predator seat and flees in a prey seat)
-    "tag": {"preset": "mpe/simple_tag_coplayers", "coplayers": [1, 2, 3, 4],
+    # zero-sum: MPE simple_tag, the focal learner a prey (its reward is its own) among 3 predators and another prey
+    # drawn per slot (each rule chases in a predator seat and flees in a prey seat)
+    "tag": {"preset": "mpe/simple_tag_coplayers", "focal": [3], "coplayers": [0, 1, 2, 4],
             "zoo": {"nearest": "tag_nearest", "intercept": "tag_intercept", "target": "tag_target",
                     "random": "random"},
             "held_out": {"nearest~": "tag_nearest@eps=0.2", "intercept~": "tag_intercept@eps=0.2",
@@ -94,7 +94,8 @@ def _member(spec: str) -> str:
 
 def train(game: str, members: list[str], overrides: list[str], run_dir: Path) -> None:
     listed = ", ".join(_member(m) for m in members)
-    groups = (f"groups=[{{name: focal, agents: [0]}}, {{name: coplayers, agents: {GAMES[game]['coplayers']}, "
+    groups = (f"groups=[{{name: focal, agents: {GAMES[game].get('focal', [0])}}}, {{name: coplayers, agents: "
+              f"{GAMES[game]['coplayers']}, "
               f"kind: population, draw: slot, members: [{listed}]}}]")
     preset = GAMES[game]["preset"]
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", preset, groups, *overrides, f"run_dir={run_dir}",

@@ -19,7 +19,14 @@ from hypermappo.adaptation import HeldOutMatch, _recognition, adapt, parse_mix
 from hypermappo.cli import main
 from hypermappo.errors import UserError
 from hypermappo.experiment import Experiment
-from hypermappo.report.adaptation_curves import curve_summary, normalised_return, paired_difference, steps_to_recognise
+from hypermappo.report import adaptation_curves as curves_mod
+from hypermappo.report.adaptation_curves import (
+    curve_summary,
+    normalised_return,
+    paired_difference,
+    scale_is_resolved,
+    steps_to_recognise,
+)
 
 FOUR = "env_kwargs={n_hunters: 4, grid_size: 6, episode_length: 10}"
 STAG, HARE, RANDOM = "scripted:staghunt_stag", "scripted:staghunt_hare", "scripted:random"
@@ -50,6 +57,14 @@ def test_normalised_returns_by_hand():
     assert got.tolist() == [[0.0, 0.5, 1.0, 1.5]]
     assert normalised_return([1.0, -3.0], random=-1.0, oracle=3.0).tolist() == [0.5, -0.5]
     assert np.isnan(normalised_return([1.0], 2.0, 2.0)).all()  # no scale: not a number, not a division by zero
+    assert np.isnan(normalised_return([1.0], 0.0, 2.0, resolved=False)).all()
+
+
+def test_a_scale_is_resolved_only_when_the_oracle_beats_random_by_two_standard_errors():
+    """oracle 10 +- 3, random 2 +- 4: gap 8 > 2 x 5 = 10? no. With +- 3 and +- 1: 2 x 3.16 = 6.3 < 8: yes."""
+    assert not scale_is_resolved({"oracle": 10.0, "random": 2.0, "oracle_sem": 3.0, "random_sem": 4.0})
+    assert scale_is_resolved({"oracle": 10.0, "random": 2.0, "oracle_sem": 3.0, "random_sem": 1.0})
+    assert not scale_is_resolved({"oracle": 1.0, "random": 2.0, "oracle_sem": 0.0, "random_sem": 0.0})  # below
 
 
 def test_curve_summary_is_the_iqm_and_mean_per_episode_with_bootstrap_intervals():
@@ -131,7 +146,7 @@ def test_a_mix_plays_one_member_per_partner_slot(runs):
 
 # ---------------------------------------------------------------- oracles: same budget, the held-out mix alone
 
-def test_normalised_returns_use_an_oracle_with_the_same_budget_and_a_random_focal_player(runs):
+def test_normalised_returns_use_an_oracle_with_the_same_budget_and_a_random_focal_player(runs, monkeypatch):
     mix = f"{HARE}+scripted:staghunt_follow+{HARE}"
     report = adapt(runs["focal"], [mix], episodes=3, num_envs=4, memory=(True,), held_out=True,
                    oracles=[runs["oracle"]])
@@ -142,8 +157,15 @@ def test_normalised_returns_use_an_oracle_with_the_same_budget_and_a_random_foca
     oracle = float(HeldOutMatch(runs["oracle"], None, 4, torch.device("cpu")).play(parse_mix(mix), 3, True, seed)
                    ["return"].mean())
     assert r["bounds"]["random"] == pytest.approx(random) and r["bounds"]["oracle"] == pytest.approx(oracle)
+    # this tiny oracle does not beat random play (4.4 vs 4.75): no scale, NaN
+    assert not r["bounds"]["resolved"] and not scale_is_resolved(r["bounds"]) and r["bounds"]["oracle_sem"] > 0
+    assert all(math.isnan(x) for x in r["normalised_return"])
+    # taken as resolved, the formula: (return - random) / (oracle - random) per episode
+    monkeypatch.setattr(curves_mod, "scale_is_resolved", lambda bounds: True)
+    r = adapt(runs["focal"], [mix], episodes=3, num_envs=4, memory=(True,), held_out=True,
+              oracles=[runs["oracle"]])["results"][0]
     want = [(x - random) / (oracle - random) for x in r["return"]["mean"]]
-    assert r["normalised_return"] == pytest.approx(want, nan_ok=True)
+    assert r["normalised_return"] == pytest.approx(want)
     # the random focal player is not the learner: its moves are uniform over the 5 moves, and repeat with the seed
     moves = {}
     step = match.env.step

@@ -496,6 +496,11 @@ def _recognition(episode, t, valid, correct, labelled, K: int, T: int) -> dict:
     return {"steps": mean_steps.tolist(), "recognised": fraction.tolist(), "episodes": n_label.tolist()}
 
 
+def _sem(x: torch.Tensor) -> float:
+    """Standard error of the mean of per-env values [E] (0 for one env)."""
+    return float(x.std() / math.sqrt(x.numel())) if x.numel() > 1 else 0.0
+
+
 def _curve(x: torch.Tensor) -> dict:
     """x [E, K] -> per-episode-index mean and standard error over the E envs."""
     E = x.shape[0]
@@ -551,10 +556,13 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
         if oracles is not None:
             check_oracle(match, Path(oracles[i]), mix)
             oracle = HeldOutMatch(Path(oracles[i]), None, num_envs, torch.device(device))
-            bounds = {"oracle": float(oracle.play(mix, episodes, True, seed, deterministic)["return"].mean()),
-                      "random": float(match.play(mix, episodes, True, seed, deterministic, focal="random")
-                                      ["return"].mean()),
-                      "oracle_run": str(oracles[i])}
+            from hypermappo.report.adaptation_curves import scale_is_resolved
+
+            upper = oracle.play(mix, episodes, True, seed, deterministic)["return"].mean(1)  # [E]: per env
+            lower = match.play(mix, episodes, True, seed, deterministic, focal="random")["return"].mean(1)
+            bounds = {"oracle": float(upper.mean()), "random": float(lower.mean()),
+                      "oracle_sem": _sem(upper), "random_sem": _sem(lower), "oracle_run": str(oracles[i])}
+            bounds["resolved"] = scale_is_resolved(bounds)
         for mem in memory:
             played = match.play(mix, episodes, mem, seed, deterministic)
             result = {"partner": _label(mix if len(mix) > 1 else mix[0]), "source": spec, "memory": bool(mem),
@@ -564,8 +572,9 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
                 from hypermappo.report.adaptation_curves import normalised_return
 
                 result["bounds"] = bounds
-                result["normalised_return"] = normalised_return(played["return"].mean(0).numpy(), bounds["random"],
-                                                                bounds["oracle"]).tolist()
+                result["normalised_return"] = normalised_return(
+                    played["return"].mean(0).numpy(), bounds["random"], bounds["oracle"],
+                    resolved=bounds["resolved"]).tolist()
             for name in ("action_accuracy", "goal_accuracy", "action_nll", "repeat_action_accuracy",
                          "frequent_action_accuracy", "oracle_action_accuracy", "oracle_nll",
                          "policy_action_accuracy", "oracle_goal_accuracy"):

@@ -9,7 +9,11 @@ Normalised return of the focal learner in episode k against a held-out mix of co
   that partner, as JaxAHT's per-partner bounds);
 - oracle: the return of a learner trained against that held-out mix alone with the focal learner's budget (the
   best response the budget buys). 0 is a random focal player, 1 the oracle's return; values outside [0, 1] are
-  kept (a learner can beat a budget-limited oracle). A mix where oracle == random has no scale: NaN.
+  kept (a learner can beat a budget-limited oracle, e.g. one that never found the stag without a partner that
+  waits on it). A mix where the oracle does not beat the random player by more than twice the standard error of
+  their difference (over the evaluation envs) has no scale: NaN. That happens where the focal seat matters little
+  to its own return: a predator sharing its team's reward among two others, a snowdrift player whose co-players
+  clear every drift anyway (doing nothing is the best response, and random play is close to it).
 
 Steps to recognise (per episode): the first step t at which the belief's argmax is the partner's true goal and
 stays so for every labelled step until the episode ends; an episode where that never holds does not count towards
@@ -23,13 +27,21 @@ import numpy as np
 from hypermappo.report.stats import bootstrap_ci, iqm
 
 
-def normalised_return(returns, random: float, oracle: float) -> np.ndarray:
-    """returns [..., K] -> (returns - random) / (oracle - random); NaN where oracle == random."""
+def normalised_return(returns, random: float, oracle: float, resolved: bool = True) -> np.ndarray:
+    """returns [..., K] -> (returns - random) / (oracle - random); NaN where oracle == random or the scale is not
+    `resolved` (see `scale_is_resolved`)."""
     r = np.asarray(returns, dtype=float)
     scale = float(oracle) - float(random)
-    if scale == 0.0 or not np.isfinite(scale):
+    if not resolved or scale == 0.0 or not np.isfinite(scale):
         return np.full_like(r, np.nan)
     return (r - float(random)) / scale
+
+
+def scale_is_resolved(bounds: dict, z: float = 2.0) -> bool:
+    """Does the oracle beat the random focal player by more than `z` standard errors of their difference?
+    bounds: {"oracle", "random", "oracle_sem", "random_sem"} (means and standard errors over evaluation envs)."""
+    gap = bounds["oracle"] - bounds["random"]
+    return bool(gap > z * float(np.hypot(bounds["oracle_sem"], bounds["random_sem"])))
 
 
 def steps_to_recognise(correct: np.ndarray, labelled: np.ndarray) -> np.ndarray:
