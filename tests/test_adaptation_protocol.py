@@ -65,6 +65,9 @@ def test_a_scale_is_resolved_only_when_the_oracle_beats_random_by_two_standard_e
     assert not scale_is_resolved({"oracle": 10.0, "random": 2.0, "oracle_sem": 3.0, "random_sem": 4.0})
     assert scale_is_resolved({"oracle": 10.0, "random": 2.0, "oracle_sem": 3.0, "random_sem": 1.0})
     assert not scale_is_resolved({"oracle": 1.0, "random": 2.0, "oracle_sem": 0.0, "random_sem": 0.0})  # below
+    # nearly deterministic returns: a gap of 1.25 on 60 is many standard errors but less than a tenth of 60
+    assert not scale_is_resolved({"oracle": 60.0, "random": 58.75, "oracle_sem": 0.01, "random_sem": 0.01})
+    assert scale_is_resolved({"oracle": -15.0, "random": -38.0, "oracle_sem": 2.0, "random_sem": 2.0})
 
 
 def test_curve_summary_is_the_iqm_and_mean_per_episode_with_bootstrap_intervals():

@@ -146,7 +146,7 @@ def mutations(M):
           "    if scale == 0.0 or not np.isfinite(scale):",
           (f"{T_PROTO}::test_normalised_returns_by_hand",), "an oracle no better than random scales the returns"),
     M("scale_resolved_ignores_errors", CURVES,
-          "    return bool(gap > z * float(np.hypot(bounds[\"oracle_sem\"], bounds[\"random_sem\"])))",
+          "    return bool(gap > noise and gap > relative * abs(bounds[\"oracle\"]))",
           "    return bool(gap > 0)",
           (f"{T_PROTO}::test_a_scale_is_resolved_only_when_the_oracle_beats_random_by_two_standard_errors",),
           "a gap within the noise taken as a scale"),

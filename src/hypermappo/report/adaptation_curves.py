@@ -7,13 +7,14 @@ Normalised return of the focal learner in episode k against a held-out mix of co
 
 - random: the return a uniformly random policy in the focal seats gets against the same mix (the lower bound of
   that partner, as JaxAHT's per-partner bounds);
-- oracle: the return of a learner trained against that held-out mix alone with the focal learner's budget (the
-  best response the budget buys). 0 is a random focal player, 1 the oracle's return; values outside [0, 1] are
-  kept (a learner can beat a budget-limited oracle, e.g. one that never found the stag without a partner that
-  waits on it). A mix where the oracle does not beat the random player by more than twice the standard error of
-  their difference (over the evaluation envs) has no scale: NaN. That happens where the focal seat matters little
-  to its own return: a predator sharing its team's reward among two others, a snowdrift player whose co-players
-  clear every drift anyway (doing nothing is the best response, and random play is close to it).
+- oracle: the return of a learner trained against that held-out mix alone with the focal learner's budget (the best
+  response the budget buys). 0 is a random focal player, 1 the oracle's return; values outside [0, 1] are kept (a
+  learner can beat a budget-limited oracle, e.g. one that never found the stag without a partner that waits on it).
+  A mix where the oracle does not beat the random player by more than twice the standard error of their difference
+  (over the evaluation envs) and by more than a tenth of its own return has no scale: NaN. That happens where the
+  focal seat matters little to its own return: a predator sharing its team's reward among two others, a snowdrift
+  player whose co-players clear every drift anyway (doing nothing is the best response, and random play is close to
+  it).
 
 Steps to recognise (per episode): the first step t at which the belief's argmax is the partner's true goal and
 stays so for every labelled step until the episode ends; an episode where that never holds does not count towards
@@ -37,11 +38,14 @@ def normalised_return(returns, random: float, oracle: float, resolved: bool = Tr
     return (r - float(random)) / scale
 
 
-def scale_is_resolved(bounds: dict, z: float = 2.0) -> bool:
-    """Does the oracle beat the random focal player by more than `z` standard errors of their difference?
-    bounds: {"oracle", "random", "oracle_sem", "random_sem"} (means and standard errors over evaluation envs)."""
+def scale_is_resolved(bounds: dict, z: float = 2.0, relative: float = 0.1) -> bool:
+    """Does the oracle beat the random focal player by more than `z` standard errors of their difference and by
+    more than `relative` of the oracle's own return (in magnitude)? The second clause matters where returns are
+    nearly deterministic: a gap of 1.2 on returns of 60 is resolved statistically but scales every difference
+    fiftyfold. bounds: {"oracle", "random", "oracle_sem", "random_sem"} (means and standard errors over envs)."""
     gap = bounds["oracle"] - bounds["random"]
-    return bool(gap > z * float(np.hypot(bounds["oracle_sem"], bounds["random_sem"])))
+    noise = z * float(np.hypot(bounds["oracle_sem"], bounds["random_sem"]))
+    return bool(gap > noise and gap > relative * abs(bounds["oracle"]))
 
 
 def steps_to_recognise(correct: np.ndarray, labelled: np.ndarray) -> np.ndarray:
