@@ -95,22 +95,27 @@ def test_fixed_sampling_keeps_one_member_per_env_balanced_over_envs(tmp_path):
     assert torch.equal(actions[..., 1], ids + 1)
 
 
-def test_resume_of_a_population_run_equals_the_uninterrupted_run(tmp_path):
-    """Checkpoint at update 2 mid-episode: the member draws, the members' generator (random) and a frozen-free
-    population state resume exactly."""
-    groups = pop_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]")
+def _resume_at_update_6(tmp_path: Path, overrides: list) -> tuple[dict, dict]:
+    """7 updates of 40 steps (episodes end inside rollouts; the checkpoint at update 6 is mid-episode), then the
+    same run resumed from update 6: its metrics must equal the uninterrupted run's. -> both final checkpoints."""
     cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=280", "checkpoint_interval=3",
-                                                       groups])
+                                                       *overrides])
     full = tmp_path / "full"
-    Experiment(cfg, full, quiet=True).run()  # 7 updates of 40 steps: episodes end inside rollouts
+    Experiment(cfg, full, quiet=True).run()
     resumed = tmp_path / "resumed"
     shutil.copytree(full, resumed)
     (resumed / "checkpoints" / "ckpt_0000007.pt").unlink()
     (resumed / "summary.json").unlink()
     Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
     assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
-    got = torch.load(resumed / "checkpoints" / "ckpt_0000007.pt", weights_only=False)
-    want = torch.load(full / "checkpoints" / "ckpt_0000007.pt", weights_only=False)
+    return tuple(torch.load(run / "checkpoints" / "ckpt_0000007.pt", weights_only=False) for run in (resumed, full))
+
+
+def test_resume_of_a_population_run_equals_the_uninterrupted_run(tmp_path):
+    """Checkpoint at update 2 mid-episode: the member draws, the members' generator (random) and a frozen-free
+    population state resume exactly."""
+    groups = pop_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]")
+    got, want = _resume_at_update_6(tmp_path, [groups])
     assert "population" in want["groups"]["partner"]
     assert_same(got["groups"], want["groups"], "groups")
 
@@ -237,18 +242,7 @@ def test_mix_draws_follow_the_run_seed_and_resume_exactly(tmp_path):
     _, _, b = _play(tmp_path, "b", groups, 200, FOUR)
     _, _, c = _play(tmp_path, "c", groups, 200, [*FOUR, "seed=1"])
     assert torch.equal(a, b) and not torch.equal(a, c)
-    cfg = config_mod.build_config("staghunt/default", [*TINY, *FOUR, "total_env_steps=280", "checkpoint_interval=3",
-                                                       groups])
-    full = tmp_path / "full"
-    Experiment(cfg, full, quiet=True).run()  # 7 updates of 40 steps: the checkpoint at update 6 is mid-episode
-    resumed = tmp_path / "resumed"
-    shutil.copytree(full, resumed)
-    (resumed / "checkpoints" / "ckpt_0000007.pt").unlink()
-    (resumed / "summary.json").unlink()
-    Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
-    assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
-    got = torch.load(resumed / "checkpoints" / "ckpt_0000007.pt", weights_only=False)["groups"]["partner"]
-    want = torch.load(full / "checkpoints" / "ckpt_0000007.pt", weights_only=False)["groups"]["partner"]
+    got, want = (x["groups"]["partner"] for x in _resume_at_update_6(tmp_path, [*FOUR, groups]))
     assert want["partner_id"].shape == (4, 3)
     assert torch.equal(got["population"]["member_episodes"], want["population"]["member_episodes"])
     assert_same(got, want, "partner")
