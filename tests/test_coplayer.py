@@ -284,11 +284,12 @@ def test_eval_of_a_fed_run_plays_the_belief_as_training_evaluated_it(tmp_path, c
 @pytest.mark.parametrize("overrides, expected", [
     (["coplayer.feed=policy"], r"coplayer.feed='policy' has no effect: it needs coplayer.enabled=true"),
     (["coplayer.enabled=true", "coplayer.subgoal_horizon=3"], r"coplayer.subgoal_horizon=3 has no effect: it needs "
-                                                             r"coplayer.subgoal_weight>0"),
+                                                             r"coplayer.model=subgoal, or coplayer.subgoal_weight>0"),
     (["actor=hyper", "hyper.context=[coplayer]"], r"hyper.context: coplayer needs the co-player model"),
     (["coplayer.enabled=true", "coplayer.model=gru", "coplayer.subgoal_weight=1", "coplayer.subgoal_at=reward",
       "coplayer.subgoal_horizon=3"],
-     r"coplayer.subgoal_horizon=3 has no effect: it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon"),
+     r"coplayer.subgoal_horizon=3 has no effect: it needs coplayer.model=subgoal, or coplayer.subgoal_weight>0 and "
+     r"coplayer.subgoal_at=horizon"),
     (["coplayer.enabled=true", "coplayer.memory=forever"], r"coplayer.memory: 'forever' is not one of"),
 ])
 def test_coplayer_config_mistakes_are_one_line_errors(overrides, expected):

@@ -308,7 +308,7 @@ class LearnerSide:
             self.memory = self.model.step(obs, self.reset, self.memory, restart)  # [E, K, H]
             self.first = False
             if self.fed:
-                actor_obs = torch.cat([obs, self.memory], -1)
+                actor_obs = torch.cat([obs, self.model.features(self.memory)], -1)
         available = None if s.available_actions is None else s.available_actions[:, self.slots]
         out = self.actor(actor_obs, available, self.hidden, self.reset, active=s.active[:, self.slots])
         self.hidden = out.hidden

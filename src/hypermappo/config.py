@@ -210,7 +210,9 @@ class CoplayerConfig:
 
     enabled: bool = opt(False, "train a co-player model next to each learner")
     model: str = opt("bayes", "bayes = goal-conditioned co-player policy + Bayesian goal belief; gru = recurrent "
-                              "predictor (an embedding as the belief)", choices=["bayes", "gru"])
+                              "predictor (an embedding as the belief); subgoal = OMG's subgoal inference (a CVAE "
+                              "over each co-player's future state, a pre-trained state VAE as its prior)",
+                     choices=["bayes", "gru", "subgoal"])
     action_weight: float = opt(1.0, "loss weight of predicting each co-player's next action", min=0.0)
     goal_weight: float = opt(0.0, "gru: loss weight of predicting each co-player's current goal (env goal_names; "
                                   "scripted partners' true target, else the goal it completes next)", min=0.0)
@@ -219,7 +221,19 @@ class CoplayerConfig:
     subgoal_at: str = opt("horizon", "the subgoal target: a co-player's observation subgoal_horizon steps ahead, "
                                      "or at its next rewarded step (reward) in the same episode",
                           choices=["horizon", "reward"])
-    subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target (subgoal_at=horizon)", min=1)
+    subgoal_horizon: int = opt(5, "H: steps ahead of the subgoal target (gru, subgoal_at=horizon); subgoal: the "
+                                  "window of future steps a co-player's subgoal is chosen from", min=1)
+    subgoal_select: str = opt("auto", "subgoal: which of a co-player's next H states is its subgoal in training: the "
+                                      "one the learner's critic values most (optimistic, OMG's choice in cooperative "
+                                      "games) or least (conservative, general-sum); auto = optimistic where the env's "
+                                      "reward is the team's", choices=["auto", "optimistic", "conservative"])
+    subgoal_latent: int = opt(8, "subgoal: size of the latent subgoal per co-player slot (what the policy reads)",
+                              min=1)
+    kl_weight: float = opt(0.01, "subgoal: weight of the KL terms: KL(q(z | history) || p(z | subgoal state)) in the "
+                                 "CVAE's loss, KL(p(z | state) || N(0, I)) in the state VAE's (against a squared "
+                                 "error summed over the state's features)", min=0.0)
+    prior_updates: int = opt(5, "subgoal: the state VAE (the CVAE's prior) trains on the states of the first this "
+                                "many rollouts, then is frozen", min=1)
     memory: str = opt("auto", "co-player memory: episode (reset at each episode start) or persistent (carried "
                               "across episodes, reset when a co-player's partner_id changes); auto = persistent "
                               "for bayes, episode for gru", choices=["auto", "episode", "persistent"])
@@ -260,7 +274,7 @@ class CoplayerConfig:
                     choices=["none", "policy"])
     hidden: int = opt(128, "hidden width (gru: the GRU size = belief size)", min=1)
     lr: float = opt(1e-3, "co-player model learning rate (Adam)", min=0.0, min_exclusive=True, max=1.0)
-    epochs: int = opt(1, "gru: passes over each rollout per update (full batch)", min=1)
+    epochs: int = opt(1, "gru, subgoal: passes over each rollout per update (full batch)", min=1)
 
 
 @dataclass
@@ -649,16 +663,22 @@ def unused_keys(cfg: Config) -> dict[str, str]:
     if cfg.coplayer.enabled:
         cp = cfg.coplayer
         bayes, gru = cp.model == "bayes", f"it is read by coplayer.model=gru, got coplayer.model={cp.model!r}"
-        for name in ("goal_weight", "subgoal_weight", "epochs"):
-            check(f"coplayer.{name}", not bayes, gru)
+        subgoal = cp.model == "subgoal"
+        for name in ("goal_weight", "subgoal_weight", "subgoal_at"):
+            check(f"coplayer.{name}", cp.model == "gru", gru)
+        check("coplayer.action_weight", not subgoal, "coplayer.model=subgoal predicts subgoals, not actions")
+        check("coplayer.epochs", not bayes, f"it is read by coplayer.model=gru or subgoal, got coplayer.model={cp.model!r}")
+        for name in ("subgoal_select", "subgoal_latent", "kl_weight", "prior_updates"):
+            check(f"coplayer.{name}", subgoal, f"it is read by coplayer.model=subgoal, got coplayer.model={cp.model!r}")
         for name in ("prior_weight", "hazard", "event_reset", "online_lr", "floor", "observe_actions", "view", "self_model",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",
               "it weighs the prior carried across episodes, and coplayer.memory=episode carries none")
-        check("coplayer.subgoal_at", cfg.coplayer.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
-        check("coplayer.subgoal_horizon", cfg.coplayer.subgoal_weight > 0 and cfg.coplayer.subgoal_at == "horizon",
-              "it needs coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon")
+        if cp.model == "gru":
+            check("coplayer.subgoal_at", cp.subgoal_weight > 0, "it needs coplayer.subgoal_weight>0")
+        check("coplayer.subgoal_horizon", subgoal or (cp.subgoal_weight > 0 and cp.subgoal_at == "horizon"),
+              "it needs coplayer.model=subgoal, or coplayer.subgoal_weight>0 and coplayer.subgoal_at=horizon")
     check("model.rnn_hidden", cfg.actor == "rnn" or cfg.critic.recurrent == "on",
           f"it is the GRU size of actor=rnn or critic.recurrent=on, got actor={cfg.actor!r}, "
           f"critic.recurrent={cfg.critic.recurrent!r}")

@@ -83,6 +83,10 @@ def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: i
 def build_model(cfg, env_spec) -> CoplayerModel:
     """The co-player model of `cfg` for an env (heads for the loss terms with a weight > 0)."""
     c = cfg.coplayer
+    if c.model == "subgoal":
+        from hypermappo.models.coplayer_subgoal import SubgoalModel
+
+        return SubgoalModel(env_spec.obs_dim, env_spec.num_agents, c.subgoal_latent, c.hidden)
     n_actions = int(env_spec.action_space.n) if c.action_weight > 0 else 0
     n_goals = len(env_spec.goal_names) if c.goal_weight > 0 else 0
     return CoplayerModel(env_spec.obs_dim, env_spec.num_agents, n_actions, n_goals,
@@ -95,6 +99,10 @@ def make_coplayer(cfg, env_spec, slots: list[int], num_envs: int, device, seed: 
         from hypermappo.algos.coplayer_bayes import BayesCoplayer
 
         return BayesCoplayer(cfg, env_spec, slots, num_envs, device, seed)
+    if cfg.coplayer.model == "subgoal":
+        from hypermappo.algos.coplayer_subgoal import SubgoalCoplayer
+
+        return SubgoalCoplayer(cfg, env_spec, slots, num_envs, device, seed)
     return CoplayerLearner(cfg, env_spec, slots, num_envs, device, seed)
 
 
@@ -186,7 +194,7 @@ class CoplayerLearner:
         self.new_episode[t].copy_(new_episode)
         self.reset[t].copy_(reset)
         self.memory = self.model.step(obs, new_episode, self.memory, reset)
-        return torch.cat([obs, self.memory], -1) if self.fed else obs
+        return torch.cat([obs, self.model.features(self.memory)], -1) if self.fed else obs
 
     @torch.no_grad()
     def record(self, t: int, step, actions: torch.Tensor, nxt, groups) -> None:

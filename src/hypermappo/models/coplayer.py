@@ -33,6 +33,8 @@ def belief_dim(cfg, env_spec) -> int:
         from hypermappo.models.coplayer_goal import goal_labels
 
         return env_spec.num_agents * (goal_labels(len(env_spec.goal_names)) + int(env_spec.action_space.n))
+    if c.model == "subgoal":
+        return env_spec.num_agents * c.subgoal_latent  # every slot's inferred subgoal (models/coplayer_subgoal.py)
     return c.hidden
 
 
@@ -71,6 +73,10 @@ class CoplayerModel(nn.Module):
             outs.append(h)
         return torch.stack(outs).view(T, *lead, self.hidden_size)
 
+    def features(self, memory: torch.Tensor) -> torch.Tensor:
+        """What the policy reads of the memory [..., K, H]: the embedding itself."""
+        return memory
+
     def predict(self, embedding: torch.Tensor) -> dict[str, torch.Tensor]:
         """embedding [..., K, H] -> action logits [..., K, N, A], goal logits [..., K, N, G], subgoals
         [..., K, N, D] (the heads that exist)."""
@@ -100,7 +106,7 @@ class BeliefActor(Actor):
             reset = torch.zeros(lead, dtype=torch.bool, device=obs.device)
         memory = hidden[..., a:] if hidden is not None else obs.new_zeros(*lead, self.model.hidden_size)
         belief = self.model.step(obs, reset, memory, reset)
-        out = self.actor(torch.cat([obs, belief], -1), available, hidden[..., :a] if a else None, reset,
+        out = self.actor(torch.cat([obs, self.model.features(belief)], -1), available, hidden[..., :a] if a else None, reset,
                          active=active)
         new_hidden = torch.cat([out.hidden, belief], -1) if a else belief
         return ActorOut(out.dist, new_hidden, out.aux)

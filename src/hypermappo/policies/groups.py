@@ -115,6 +115,8 @@ class Learner:
                                     params_size(space) if self.store_dist_params else 0,
                                     self.actor.hidden_size, self.critic.hidden_size, device,
                                     store_prev_obs=self.store_prev_obs)
+        if hasattr(self.coplayer, "bind_values"):  # the subgoal model picks subgoals by the learner's values
+            self.coplayer.bind_values(self.buffer.values)
         self.diagnostics = Diagnostics(self.actor, cfg, actor_spec)
         self.audit = LiveComponentAudit(self.actor, self.critic, cfg) if cfg.diagnostics.audit_updates else None
         if self.audit is not None and self.coplayer is not None and self.coplayer.trains:

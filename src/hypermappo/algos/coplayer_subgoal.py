@@ -1,0 +1,195 @@
+"""Training OMG's subgoal model (`coplayer.model=subgoal`, models/coplayer_subgoal.py) on a learner's rollouts.
+
+Per rollout, for every step t, learner agent k and co-player j (both alive):
+- the subgoal: j's observation at the step t + h (1 <= h <= `coplayer.subgoal_horizon`, same episode, in the
+  rollout) whose state the learner values most (`subgoal_select=optimistic`, OMG's choice in cooperative games)
+  or least (`conservative`, its choice in general-sum games); `auto` = optimistic where the env's reward is the
+  team's (`EnvSpec.team_reward`), else conservative. The value is the learner's own critic's at t + h (its mean
+  over the group's agents), read from the rollout: no extra forward pass;
+- the CVAE loss: squared error of the decoded subgoal (from z ~ q(z | k's history), reparameterised with the
+  model's own seeded generator) plus `coplayer.kl_weight` x KL(q || p(z | the subgoal state)), where p is the
+  state VAE's encoder, detached;
+- the state VAE (the prior) trains on every alive slot's observation of the first `coplayer.prior_updates`
+  rollouts (PRIOR_STEPS full-batch steps each, before the CVAE's; a VAE loss, `kl_weight` x KL to N(0, I)),
+  then is frozen: pre-trained on the run's first rollouts' states. Both VAEs use `kl_weight`: with the squared
+  error of states whose features vary by ~0.3 and a weight of 1, the KL wins and both latents collapse to the
+  prior (measured on the stag hunt: the prior's means spread 0.07 over states, hit ratio at chance).
+
+Logged before the update's steps (data not yet trained on): `coplayer_subgoal_hit`, the hit ratio: the share of
+(t, k, j) whose decoded subgoal (from q's mean) is nearer to one of the states j reaches in the next H steps than
+to any of `DISTRACTORS` random co-player states of the rollout (a scale-free "it named a state j went to");
+`coplayer_subgoal_hit_chance`: the same for a random co-player state of the rollout in place of the prediction
+(what a guess scores); the reconstruction error, the KL, the share of pairs with a subgoal in the rollout.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from hypermappo.algos.coplayer import CoplayerLearner, _masked_mean
+from hypermappo.errors import NonFiniteError
+from hypermappo.models.coplayer_subgoal import gaussian, kl_gaussians
+from hypermappo.runtime.device_rng import device_generator, restore
+
+GENERATOR_SEED_OFFSET = 15_485_863  # the CVAE's noise and the hit ratio's draws: run seed + this
+PRIOR_STEPS = 20  # full-batch steps of the state VAE per rollout while it pre-trains
+DISTRACTORS = 16  # the hit ratio: random co-player states a predicted subgoal must be nearer a true one than
+
+
+def select_mode(setting: str, env_spec) -> str:
+    """`coplayer.subgoal_select` -> optimistic | conservative (auto: by whether the env's reward is shared)."""
+    if setting != "auto":
+        return setting
+    return "optimistic" if env_spec.team_reward else "conservative"
+
+
+def future_steps(episode_end: torch.Tensor, horizon: int) -> list[tuple[int, torch.Tensor]]:
+    """episode_end [T, E] -> [(h, ok [T, E])] for h = 1..H: step t + h is in the rollout and in t's episode."""
+    T = episode_end.shape[0]
+    ends = F.pad(episode_end.long().cumsum(0), (0, 0, 1, 0))  # [T + 1, E]: episode ends before step i
+    out = []
+    for h in range(1, min(horizon, T - 1) + 1):
+        ok = torch.zeros_like(episode_end)
+        ok[:T - h] = (ends[h:T] - ends[:T - h]) == 0  # no end in steps t .. t + h - 1
+        out.append((h, ok))
+    return out
+
+
+def select_subgoals(obs_all: torch.Tensor, values: torch.Tensor, episode_end: torch.Tensor, horizon: int,
+                    mode: str):
+    """obs_all [T, E, N, D], values [T, E] (the learner's), episode_end [T, E] -> (target [T, E, N, D]: every
+    slot's observation at the step t + h, 1 <= h <= H in t's episode, of the highest (optimistic) or lowest
+    (conservative) value, the earliest on a tie; valid [T, E]: there is such a step; offset [T, E]: h)."""
+    sign = 1.0 if mode == "optimistic" else -1.0
+    T, E = values.shape
+    best = torch.full_like(values, -torch.inf)
+    offset = torch.zeros(T, E, dtype=torch.long, device=values.device)
+    valid = torch.zeros(T, E, dtype=torch.bool, device=values.device)
+    for h, ok in future_steps(episode_end, horizon):
+        v = torch.full_like(values, -torch.inf)
+        v[:T - h] = sign * values[h:]
+        v = torch.where(ok, v, -torch.inf)
+        better = ok & (v > best)  # strictly: the earliest of equal values stays
+        best = torch.where(better, v, best)
+        offset = torch.where(better, h, offset)
+        valid = valid | ok
+    idx = (torch.arange(T, device=values.device).unsqueeze(1) + offset).clamp(max=T - 1)  # [T, E]
+    target = obs_all.gather(0, idx.view(T, E, 1, 1).expand_as(obs_all))
+    return target, valid, offset
+
+
+def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int,
+              mask: torch.Tensor, distractors: torch.Tensor) -> torch.Tensor:
+    """pred [T, E, K, N, D] predicted subgoal states, obs_all [T, E, N, D], mask [T, E, K, N], distractors [M, D]
+    (random co-player states of the rollout) -> the share of masked (t, k, j) whose prediction is nearer to one of
+    the states j reaches in steps t + 1 .. t + H of t's episode than to every distractor (or as near)."""
+    T = obs_all.shape[0]
+    nearest = torch.full(mask.shape, torch.inf, device=pred.device)
+    for h, ok in future_steps(episode_end, horizon):
+        d = torch.full(mask.shape, torch.inf, device=pred.device)
+        d[:T - h] = (pred[:T - h] - obs_all[h:].unsqueeze(2)).pow(2).sum(-1)
+        nearest = torch.minimum(nearest, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
+    # the same arithmetic as `d` (not cdist's matrix product): a distractor equal to a reached state ties exactly
+    rival = (pred.unsqueeze(-2) - distractors).pow(2).sum(-1).min(-1).values  # [T, E, K, N]
+    return _masked_mean((nearest <= rival).float(), mask)  # a distractor that is a state j reaches is no rival
+
+
+class SubgoalCoplayer(CoplayerLearner):
+    """A learner group's subgoal model: the rollout's storage (CoplayerLearner's), the learner's values, the
+    CVAE and state-VAE losses, and a generator of its own."""
+
+    def __init__(self, cfg, env_spec, slots: list[int], num_envs: int, device, seed: int):
+        super().__init__(cfg, env_spec, slots, num_envs, device, seed)
+        c = self.c
+        self.obs_all = torch.zeros(self.T, self.E, self.N, self.D, device=device)  # targets only, never an input
+        self.trains = True
+        self.mode = select_mode(c.subgoal_select, env_spec)
+        self.values: torch.Tensor | None = None  # [T, E, K]: the learner's rollout buffer's values (bind_values)
+        self.prior_updates_done = 0
+        self.generator = device_generator(seed + GENERATOR_SEED_OFFSET, device)
+
+    def bind_values(self, values: torch.Tensor) -> None:
+        """The learner's rollout buffer's values [T, E, K] (filled in place each step; read in `update`)."""
+        self.values = values
+
+    def loss_terms(self) -> list[str]:
+        return ["coplayer_subgoal_loss", "coplayer_prior_loss"]  # the prior's: its first prior_updates (>= 1)
+
+    def update(self) -> dict[str, float]:
+        """`coplayer.epochs` full-batch steps on the stored rollout; metrics of the first pass."""
+        c = self.c
+        learner_alive = self.active_all[:, :, self.slots]  # [T, E, K]
+        with torch.no_grad():
+            alive = learner_alive.float()
+            value = (self.values * alive).sum(-1) / alive.sum(-1).clamp(min=1.0)  # [T, E]: the learner's value
+            target, valid, _ = select_subgoals(self.obs_all, value, self.episode_end, c.subgoal_horizon, self.mode)
+            pair = learner_alive.unsqueeze(-1) & self.others & self.active_all.unsqueeze(2)  # [T, E, K, N]
+            mask = pair & valid.view(*valid.shape, 1, 1)
+            states = self.obs_all[self.active_all]  # [M, D]: every alive slot's observation
+            partners = self.obs_all.unsqueeze(2).expand(-1, -1, self.K, -1, -1)[pair]  # [P, D]: co-player states
+            if partners.shape[0] == 0:  # no co-player alive in the whole rollout: nothing to hit
+                partners = states.new_full((1, self.D), torch.inf)
+            draws = torch.randint(partners.shape[0], (DISTRACTORS + mask.numel(),), generator=self.generator,
+                                  device=partners.device)
+            distractors, guess = partners[draws[:DISTRACTORS]], partners[draws[DISTRACTORS:]].view(*mask.shape, -1)
+        training_prior = self.prior_updates_done < c.prior_updates
+        metrics: dict[str, torch.Tensor] = {}
+        if training_prior:  # pre-training the state VAE on this rollout's states, before the CVAE reads it
+            for step in range(PRIOR_STEPS):
+                loss = self._prior_loss(states)
+                if step == 0:
+                    metrics["coplayer_prior_loss"] = loss.detach()
+                self._step(loss, "prior", step)
+        for epoch in range(c.epochs):
+            emb = self.model.sequence(self.obs, self.new_episode, self.h0, self.reset)  # [T, E, K, H]
+            mu, logvar = self.model.posterior(emb)  # [T, E, K, N, Z]
+            noise = torch.randn(mu.shape, generator=self.generator, device=mu.device)
+            decoded = self.model.decoder(mu + noise * (0.5 * logvar).exp())  # [T, E, K, N, D]
+            recon = (decoded - target.unsqueeze(2)).pow(2).sum(-1)  # [T, E, K, N]
+            with torch.no_grad():
+                mu_p, logvar_p = gaussian(self.model.prior_encoder(target))  # [T, E, N, Z]
+            kl = kl_gaussians(mu, logvar, mu_p.unsqueeze(2), logvar_p.unsqueeze(2))  # [T, E, K, N]
+            terms = {"subgoal": _masked_mean(recon + c.kl_weight * kl, mask)}
+            if epoch == 0:
+                with torch.no_grad():
+                    pred = self.model.decoder(mu)  # the subgoal the policy's features stand for
+                    metrics["coplayer_subgoal_hit"] = hit_ratio(pred, self.obs_all, self.episode_end,
+                                                                c.subgoal_horizon, mask, distractors)
+                    metrics["coplayer_subgoal_hit_chance"] = hit_ratio(guess, self.obs_all, self.episode_end,
+                                                                       c.subgoal_horizon, mask, distractors)
+                    metrics["coplayer_subgoal_recon"] = _masked_mean((pred - target.unsqueeze(2)).pow(2).mean(-1), mask)
+                    metrics["coplayer_subgoal_kl"] = _masked_mean(kl, mask)
+                    metrics["coplayer_subgoal_labelled"] = _masked_mean(mask.float(), pair)
+                metrics.update({f"coplayer_{k}_loss": v.detach() for k, v in terms.items()})
+            self._step(terms["subgoal"], "subgoal", epoch)
+        self.prior_updates_done += int(training_prior)
+        return {k: float(v) for k, v in metrics.items()}
+
+    def _prior_loss(self, states: torch.Tensor) -> torch.Tensor:
+        """The state VAE's loss on states [M, D]: reconstruction through its own latent + kl_weight x KL to N(0, I)."""
+        mu, logvar = gaussian(self.model.prior_encoder(states))
+        z = mu + torch.randn(mu.shape, generator=self.generator, device=mu.device) * (0.5 * logvar).exp()
+        kl = kl_gaussians(mu, logvar, torch.zeros_like(mu), torch.zeros_like(logvar))
+        return ((self.model.prior_decoder(z) - states).pow(2).sum(-1) + self.c.kl_weight * kl).mean()
+
+    def _step(self, loss: torch.Tensor, what: str, step: int) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.after_backward is not None:
+            self.after_backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.ppo.max_grad_norm or float("inf"),
+                                              foreach=True)
+        if not torch.isfinite(loss.detach() + norm):
+            bad = f"{what} loss" if not torch.isfinite(loss) else "gradient norm"
+            raise NonFiniteError(f"non-finite co-player {bad} in co-player step {step + 1} ({what})")
+        self.opt.step()
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "generator": self.generator.get_state(),
+                "prior_updates_done": self.prior_updates_done}
+
+    def load_state_dict(self, sd: dict, with_memory: bool) -> None:
+        super().load_state_dict(sd, with_memory)
+        restore(self.generator, sd["generator"], "co-player subgoal")
+        self.prior_updates_done = sd["prior_updates_done"]
