@@ -10,7 +10,9 @@ Protocol (per game, seed and fold; `hypermappo adapt --held-out --oracles`):
             met.
   oracle    plain MAPPO trained against that held-out mix alone with the same budget (env steps, envs, rollout).
   variants  mappo: no co-player model; belief-fed: the Bayesian goal belief (coplayer.enabled=true) fed to the
-            policy (coplayer.feed=policy). Memory on: the belief's prior carried over the K episodes; off: reset.
+            policy (coplayer.feed=policy); on request (--variants) gru-fed, hyper-belief (the belief as Hyper-MAPPO's
+            context), subgoal-fed (OMG's subgoal inference fed to the policy). Memory on: the belief's prior (the
+            recurrent models' memory) carried over the K episodes; off: reset.
   metric    normalised return per episode k: (return_k - random) / (oracle - random), random = a uniformly random
             player in the focal seat against the same mix. IQM and 95% bootstrap CI over seeds x folds.
 
@@ -80,7 +82,10 @@ VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=
             # more of the grid, on request (--variants): the recurrent model fed, the belief as Hyper-MAPPO's context
             "gru-fed": ["coplayer.enabled=true", "coplayer.model=gru", "coplayer.feed=policy",
                         "coplayer.memory=persistent", "coplayer.epochs=10"],
-            "hyper-belief": ["coplayer.enabled=true", "actor=hyper", "hyper.context=[coplayer]"]}
+            "hyper-belief": ["coplayer.enabled=true", "actor=hyper", "hyper.context=[coplayer]"],
+            # OMG's subgoal inference (a CVAE over the co-players' future states) fed to the policy
+            "subgoal-fed": ["coplayer.enabled=true", "coplayer.model=subgoal", "coplayer.feed=policy",
+                            "coplayer.epochs=5"]}
 DEFAULT_VARIANTS = "mappo,belief-fed"
 EPISODES_SHOWN = (1, 3)  # and K
 
@@ -169,7 +174,7 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     out: dict = {}
     for variant in args.variants:
         for memory in (True, False):
-            curves, pairs, bounds, raw, steps = [], [], [], [], []
+            curves, pairs, bounds, raw, steps, hits = [], [], [], [], [], []
             for seed in seeds:
                 for fold in folds(game, args.protocol):
                     path = focal_dir(game, variant, fold, seed, args) / f"heldout_{fold}" / "adaptation.json"
@@ -187,9 +192,10 @@ def collect(game: str, args, seeds: list[int]) -> dict:
                     bounds.append(r["bounds"])
                     pairs.append((seed, fold))
                     steps.append(r.get("recognise", {}).get("recognised"))
+                    hits.append(r.get("subgoal_hit"))
             if curves:
                 out.setdefault(variant, {})[memory] = {"curves": curves, "returns": raw, "pairs": pairs,
-                                                       "bounds": bounds, "recognised": steps}
+                                                       "bounds": bounds, "recognised": steps, "subgoal_hit": hits}
     return out
 
 
@@ -221,17 +227,28 @@ def report(args, seeds: list[int]) -> None:
                              + " | ".join(_cell(d["summary"], k) for k in shown)
                              + f" | {gain['mean']:+.3f} [{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}] | "
                              f"{int(np.isfinite(c).all(1).sum())} of {len(c)} |")
-        fed, plain = results[game].get("belief-fed", {}).get("True"), results[game].get("mappo", {}).get("True")
-        if fed and plain:
+        plain = results[game].get("mappo", {}).get("True")
+        lines.append("")
+        for variant in [v for v in results[game] if v != "mappo"]:
+            fed = results[game][variant].get("True")
+            if not (fed and plain):
+                continue
             common = sorted(set(map(tuple, fed["pairs"])) & set(map(tuple, plain["pairs"])))
             a = np.array([fed["curves"][list(map(tuple, fed["pairs"])).index(p)] for p in common])
             b = np.array([plain["curves"][list(map(tuple, plain["pairs"])).index(p)] for p in common])
             if len(common):
                 k3 = min(2, K - 1)
                 d = paired_difference(a[:, k3], b[:, k3])
-                lines += ["", f"- belief-fed (memory on) minus MAPPO, normalised return at episode {k3 + 1}: "
-                              f"{d['mean']:+.3f} (95% CI {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, {d['runs']} "
-                              f"seed x fold pairs)"]
+                lines += [f"- {variant} (memory on) minus MAPPO, normalised return at episode {k3 + 1}: "
+                          f"{d['mean']:+.3f} (95% CI {d['ci'][0]:+.3f} to {d['ci'][1]:+.3f}, {d['runs']} "
+                          f"seed x fold pairs)"]
+        sub_on = data.get("subgoal-fed", {}).get(True)
+        if sub_on and all(h is not None for h in sub_on["subgoal_hit"]):
+            hit = np.array([h["by_episode"] for h in sub_on["subgoal_hit"]], dtype=float)  # [runs, K]
+            chance = np.array([h["chance_by_episode"] for h in sub_on["subgoal_hit"]], dtype=float)
+            lines.append(f"- subgoal-fed, memory on: subgoal hit ratio against the held-out co-players, episode 1 "
+                         f"{hit[:, 0].mean():.2f}, episode K {hit[:, -1].mean():.2f} (a random co-player state: "
+                         f"{chance.mean():.2f})")
         fed_on = data.get("belief-fed", {}).get(True)
         if fed_on and all(r is not None for r in fed_on["recognised"]):
             rec = np.array(fed_on["recognised"], dtype=float)  # [runs, K]

@@ -177,6 +177,19 @@ def test_eval_of_a_fed_subgoal_run_plays_as_training_evaluated_it(tmp_path, caps
     assert out["return_mean"] == pytest.approx(summary["eval_return_mean"], rel=1e-6)
 
 
+def test_held_out_evaluation_of_a_subgoal_run_reports_its_hit_ratio_per_episode_beside_chance(tmp_path):
+    from hypermappo.adaptation import adapt
+
+    run = tmp_path / "run"
+    Experiment(_cfg([*ON, "coplayer.feed=policy", PARTNER]), run, quiet=True).run()
+    report = adapt(run, ["scripted:staghunt_stag@path=cols"], episodes=3, num_envs=8, memory=(True,), held_out=True)
+    (r,) = report["results"]
+    hit = r["subgoal_hit"]
+    assert len(hit["by_episode"]) == len(hit["chance_by_episode"]) == 3 and "action_accuracy" not in r
+    assert all(0.0 <= v <= 1.0 for v in [*hit["by_episode"], *hit["chance_by_episode"]])
+    assert hit["overall"] == pytest.approx(sum(hit["by_episode"]) / 3)
+
+
 # --------------------------------------------------------------------------- config
 
 

@@ -177,6 +177,7 @@ class HeldOutMatch:
         pstate = population.new_state(E)
         coplayer = self.coplayer if focal == "learner" else []
         population.record_probs = bool(coplayer)
+        subgoal = bool(coplayer) and all(side.subgoal_horizon for side in coplayer)  # OMG's model: its hit ratio
         # which member plays each partner slot: [E] (one for all) or [E, P] (slot p plays member p)
         partner_id = torch.zeros(E, dtype=torch.long, device=device) if len(members) == 1 else \
             torch.arange(P, device=device).expand(E, P)
@@ -210,6 +211,10 @@ class HeldOutMatch:
                                               t_in_episode))
                 trace[-1].update(baselines.score(partner_actions.long()))
                 trace[-1].update(_ceiling(population.policy_probs, partner_actions.long()))
+                if subgoal:  # what the subgoal model names before the partner's move, and where the partner is
+                    trace[-1]["subgoal_pred"] = torch.cat([side.subgoal(population.slots) for side in coplayer], 1)
+                    trace[-1]["partner_state"] = s.obs[:, population.slots]  # [E, P, D]
+                    trace[-1]["partner_alive"] = s.active[:, population.slots]
             active_before = s.active
             s = nxt
             for side in (self.learners if focal == "learner" else []):
@@ -230,11 +235,13 @@ class HeldOutMatch:
         out = {"return": returns, "team": team}
         if coplayer:
             out.update(_accuracy(trace, K, self.coplayer[0].hindsight_window))
+        if subgoal:
+            out["subgoal_hit"] = _subgoal_hits(trace, K, coplayer[0].subgoal_horizon, seed)
         return out
 
     def _trace_step(self, partner_slots, partner_actions, partner_goal, nxt, ended, episode, t_in_episode) -> dict:
         """One step's predictions (of every learner agent with a co-player model) and the partner's truth."""
-        act_pred = torch.cat([side.prediction("action", partner_slots) for side in self.coplayer], 1)  # [E, Q, P]
+        act_pred = [side.prediction("action", partner_slots) for side in self.coplayer]  # [E, Q_side, P] each
         goal_pred = [side.prediction("goal", partner_slots) for side in self.coplayer]
         event = nxt.extras.get("goal_event")
         if partner_goal is not None and all(side.other_goal is not None for side in self.coplayer):
@@ -245,7 +252,8 @@ class HeldOutMatch:
         return {"episode": episode, "t": t_in_episode, "ended": ended,
                 "action_nll": torch.cat(nll, 1) if all(x is not None for x in nll) else None,  # [E, Q, P]
                 "goal_probs": torch.cat(goal_probs, 1) if all(x is not None for x in goal_probs) else None,
-                "action_correct": act_pred == partner_actions.unsqueeze(1),  # [E, Q, P]
+                "action_correct": torch.cat(act_pred, 1) == partner_actions.unsqueeze(1)  # [E, Q, P]
+                if all(a is not None for a in act_pred) else None,  # None: a model that predicts no actions
                 "goal_pred": torch.cat(goal_pred, 1) if all(g is not None for g in goal_pred) else None,
                 "scripted_goal": partner_goal,  # [E, P] or None
                 "goal_event": event[:, partner_slots] if event is not None else None}  # [E, P]
@@ -261,6 +269,7 @@ class LearnerSide:
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.model = self.belief = self.other_goal = None
         self.hindsight_window = 0  # how far ahead a completed goal labels a step (the Bayesian model's setting)
+        self.subgoal_horizon = 0  # the subgoal model's H (its hit ratio looks this far ahead); 0: another model
         group_spec = sub_spec(env_spec, slots)
         if not spec.cfg.coplayer.enabled:
             self.actor = load_frozen_actor(Phase(0, "frozen", run_dir=str(run_dir), group=spec.name), group_spec,
@@ -278,6 +287,8 @@ class LearnerSide:
             self.bayes_cfg = spec.cfg.coplayer
             self.hindsight_window = spec.cfg.coplayer.hindsight_window
             self.other_goal = learner.coplayer.OTHER
+        if spec.cfg.coplayer.model == "subgoal":
+            self.subgoal_horizon = spec.cfg.coplayer.subgoal_horizon
 
     def start(self, E: int, memory: bool = True) -> None:
         K, device = self.slots.numel(), self.slots.device
@@ -330,6 +341,10 @@ class LearnerSide:
     def goal_probs(self, partner_slots: torch.Tensor) -> torch.Tensor | None:
         """The goal posterior about each partner slot before its move: [E, K, P, G] (None: no goal belief)."""
         return None if self.belief is None else self.belief.log_b[:, :, partner_slots].exp()
+
+    def subgoal(self, partner_slots: torch.Tensor) -> torch.Tensor:
+        """The subgoal model's decoded subgoal state of each partner slot, from its memory: [E, K, P, D]."""
+        return self.model.predict(self.memory)["subgoal"][:, :, partner_slots]
 
     def prediction(self, head: str, partner_slots: torch.Tensor) -> torch.Tensor | None:
         """The model's argmax prediction of each partner slot's action or goal: [E, K, P] (None: no such head)."""
@@ -422,6 +437,30 @@ def _ceiling(probs: torch.Tensor | None, actions: torch.Tensor) -> dict:
     return {"policy_correct": hit.unsqueeze(1), "policy_counted": known.unsqueeze(1)}
 
 
+def _subgoal_hits(trace: list[dict], K: int, horizon: int, seed: int) -> dict:
+    """The subgoal model's hit ratio per episode index (algos/coplayer_subgoal.hit_ratio: its decoded subgoal is
+    nearer a state the partner reaches in the next H steps of the episode than any of a few random partner states
+    of the evaluation), and the same for a random partner state in place of the prediction (chance)."""
+    from hypermappo.algos.coplayer_subgoal import DISTRACTORS, hit_ratio
+
+    pred = torch.stack([x["subgoal_pred"] for x in trace])  # [S, E, Q, P, D]
+    states = torch.stack([x["partner_state"] for x in trace])  # [S, E, P, D]
+    alive = torch.stack([x["partner_alive"] for x in trace])  # [S, E, P]
+    episode = torch.stack([x["episode"] for x in trace])  # [S, E]
+    ended = torch.stack([x["ended"] for x in trace])
+    pool = states[alive & (episode < K).unsqueeze(-1)]  # [M, D]
+    g = torch.Generator().manual_seed(seed + 3)
+    draws = torch.randint(pool.shape[0], (DISTRACTORS + pred[..., 0].numel(),), generator=g)
+    distractors, guess = pool[draws[:DISTRACTORS]], pool[draws[DISTRACTORS:]].view(pred.shape)
+    base = alive.unsqueeze(2).expand(pred.shape[:-1])  # [S, E, Q, P]
+    hits, chance = [], []
+    for k in range(K):
+        mask = base & (episode == k).view(*episode.shape, 1, 1)
+        hits.append(float(hit_ratio(pred, states, ended, horizon, mask, distractors)))
+        chance.append(float(hit_ratio(guess, states, ended, horizon, mask, distractors)))
+    return {"by_episode": hits, "chance_by_episode": chance, "overall": sum(hits) / K, "chance": sum(chance) / K}
+
+
 def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
     """Per (episode index k, step t) sums of correct predictions and of predictions counted: [K, T] each. A partner
     without a rule's own goal is labelled in hindsight as in training: the goal it completes next, within `window`
@@ -440,8 +479,10 @@ def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:
         return {"correct": torch.zeros(K * T).index_add_(0, cell, c).view(K, T),
                 "count": torch.zeros(K * T).index_add_(0, cell, n).view(K, T)}
 
-    action = torch.stack([x["action_correct"] for x in trace])  # [S, E, Q, P]
-    out = {"action_accuracy": grid(action, torch.ones_like(action))}
+    out = {}
+    if trace[0]["action_correct"] is not None:
+        action = torch.stack([x["action_correct"] for x in trace])  # [S, E, Q, P]
+        out["action_accuracy"] = grid(action, torch.ones_like(action))
     for name in ("repeat", "frequent", "oracle"):  # the baselines' hits
         if f"{name}_correct" in trace[0]:
             hits = torch.stack([x[f"{name}_correct"] for x in trace])
@@ -582,6 +623,8 @@ def adapt(run_dir, partners: list[str], episodes: int = 10, num_envs: int = 64, 
                     result[name] = _rates(played[name])
             if "recognise" in played:
                 result["recognise"] = played["recognise"]
+            if "subgoal_hit" in played:
+                result["subgoal_hit"] = played["subgoal_hit"]
             results.append(result)
     report = {"run_dir": str(run_dir), "env": match.cfg.env, "episodes": episodes, "num_envs": num_envs,
               "seed": seed, "deterministic": deterministic, "results": results}
@@ -649,5 +692,15 @@ def markdown(report: dict) -> str:
         for r in known:
             cells = " | ".join(f"{st:.1f} ({fr:.2f})" for st, fr in zip(r["recognise"]["steps"],
                                                                        r["recognise"]["recognised"]))
+            lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {cells} |")
+    hits = [r for r in report["results"] if "subgoal_hit" in r]
+    if hits:
+        lines += ["", "Subgoal hit ratio (the decoded subgoal is nearer a state the partner reaches in the next H steps "
+                  "than any random partner state of the evaluation; in brackets the same for a random partner state)",
+                  "", "| partner | memory | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |",
+                  "|" + "---|" * (K + 2)]
+        for r in hits:
+            h = r["subgoal_hit"]
+            cells = " | ".join(f"{v:.2f} ({c:.2f})" for v, c in zip(h["by_episode"], h["chance_by_episode"]))
             lines.append(f"| {r['partner']} | {'on' if r['memory'] else 'off'} | {cells} |")
     return "\n".join(lines) + "\n"
