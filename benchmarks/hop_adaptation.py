@@ -79,6 +79,9 @@ PROTOCOLS = {
     "types": "leave-one-type-out",
 }
 VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=policy"],
+            # the belief updated on the goal model's own policies (the online correction sharpens predictions only)
+            "belief-fed-model-evidence": ["coplayer.enabled=true", "coplayer.feed=policy",
+                                          "coplayer.goal_evidence=model"],
             # more of the grid, on request (--variants): the recurrent model fed, the belief as Hyper-MAPPO's context
             "gru-fed": ["coplayer.enabled=true", "coplayer.model=gru", "coplayer.feed=policy",
                         "coplayer.memory=persistent", "coplayer.epochs=10"],

@@ -435,6 +435,36 @@ def test_the_online_correction_is_one_normalised_logistic_regression_step_per_ob
     assert off.W.abs().sum() == 0, "memory off: the correction does not cross the episode's end"
 
 
+@pytest.mark.parametrize("corrected", [True, False])
+def test_the_goal_evidence_is_the_corrected_or_the_models_own_policies_while_predictions_stay_corrected(corrected):
+    """coplayer.goal_evidence: with `corrected` the Bayes update multiplies the belief by the corrected goal
+    policies' probability of the observed move; with `model`, by the goal model's own (the correction W h left out),
+    while the predicted moves are the corrected policies' in both."""
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    torch.manual_seed(0)
+    model = GoalPolicy(obs_dim=6, n_slots=2, n_actions=3, n_goals=3, hidden=8, floor=0.0)
+    b = GoalBelief(model, torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True, online_lr=2.0,
+                   corrected_evidence=corrected)
+    b.start(1, "cpu")
+    obs = torch.randn(1, 1, 6)
+    moves = torch.tensor([[0, 2]])
+    with torch.no_grad():
+        b.begin(obs)
+    b.observe(moves, torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))  # W is no longer 0
+    assert b.W.abs().sum() > 0
+    before = b.log_b[0, 0, 1].clone()
+    with torch.no_grad():
+        _, log_pred = b.begin(obs)
+        plain = model.all_coplayers(obs, b.prev, b.slots)[0, 0, 1]  # [G, A]: the model's own, uncorrected
+    corrected_pi = b.log_pi[0, 0, 0]  # [G, A], "other" last
+    assert not torch.allclose(corrected_pi[:-1], plain[:-1])
+    torch.testing.assert_close(log_pred[0, 0, 1], torch.logsumexp(before.unsqueeze(-1) + corrected_pi, 0))
+    b.observe(moves, torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+    evidence = corrected_pi if corrected else torch.cat([plain[:-1], corrected_pi[-1:]])  # "other": the counts
+    torch.testing.assert_close(b.log_b[0, 0, 1], bayes_update(before, evidence[:, 2]))
+
+
 def test_a_non_finite_coplayer_step_is_reported_with_its_step(tmp_path):
     """The co-player model's Adam steps are checked once per update: a non-finite loss raises NonFiniteError naming
     the first bad step (a NaN planted in the network makes it the first)."""

@@ -300,7 +300,7 @@ class LearnerSide:
 
             c = self.bayes_cfg
             self.belief = GoalBelief(self.model, self.slots, self.model.n_slots, c.prior_weight, c.hazard, memory,
-                                     c.observe_actions, c.event_reset, c.online_lr)
+                                     c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected")
             self.belief.start(E, device)
             self.memory = None
             return

@@ -249,6 +249,12 @@ class CoplayerConfig:
                                 "partner's public moves, normalised by the features' squared norm, kept and reset with the "
                                 "belief's memory); 0 = off",
                            min=0.0)
+    goal_evidence: str = opt("corrected", "bayes, with online_lr > 0: the likelihoods of the goal belief's Bayes "
+                                          "update: corrected = the goal policies with the partner's online correction; "
+                                          "model = the goal model's own (the correction then sharpens only the "
+                                          "predicted moves: a goal-agnostic correction learnt from the belief's own "
+                                          "errors can make one goal, often 'other', fit every partner)",
+                             choices=["corrected", "model"])
     floor: float = opt(0.05, "bayes: weight of a uniform policy mixed into every goal's policy (no observed move "
                              "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
     observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "
@@ -670,7 +676,10 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check("coplayer.epochs", not bayes, f"it is read by coplayer.model=gru or subgoal, got coplayer.model={cp.model!r}")
         for name in ("subgoal_select", "subgoal_latent", "kl_weight", "prior_updates"):
             check(f"coplayer.{name}", subgoal, f"it is read by coplayer.model=subgoal, got coplayer.model={cp.model!r}")
-        for name in ("prior_weight", "hazard", "event_reset", "online_lr", "floor", "observe_actions", "view", "self_model",
+        check("coplayer.goal_evidence", cp.online_lr > 0, "it chooses between corrected and uncorrected goal "
+              "policies, and coplayer.online_lr=0 corrects none")
+        for name in ("prior_weight", "hazard", "event_reset", "online_lr", "goal_evidence", "floor", "observe_actions",
+                     "view", "self_model",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",

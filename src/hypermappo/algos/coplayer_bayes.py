@@ -87,7 +87,8 @@ class GoalBelief:
     learner that mostly stays) is then predicted as well as counting its moves does, instead of uniformly."""
 
     def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
-                 persistent: bool, observe_actions: bool = True, event_reset: float = 0.0, online_lr: float = 0.0):
+                 persistent: bool, observe_actions: bool = True, event_reset: float = 0.0, online_lr: float = 0.0,
+                 corrected_evidence: bool = True):
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
@@ -98,6 +99,10 @@ class GoalBelief:
         # hidden layer; kept and reset with the belief's memory
         self.online_lr = online_lr if isinstance(model, torch.nn.Module) else 0.0
         self.W = self.h = self.pred = None
+        # the Bayes update's likelihoods: the corrected goal policies (True) or the goal model's own (False; the
+        # correction then only sharpens the predicted moves, it cannot make one goal fit every partner)
+        self.corrected_evidence = corrected_evidence
+        self.log_evidence = None
         self.others = one_hot_mask(slots, n_slots)  # [K, N]
         self.seat = coplayer_seats(slots, n_slots)  # [K, N - 1]
         self.seat_k = torch.arange(slots.numel(), device=slots.device).unsqueeze(-1)  # [K, 1]: indexes [.., K, N - 1]
@@ -138,6 +143,8 @@ class GoalBelief:
         counts = self.counts[:, self.seat_k, self.seat]  # [E, K, N - 1, A]
         habit = ((counts + 1.0) / (counts.sum(-1, keepdim=True) + self.A)).log()
         self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
+        self.log_evidence = self.log_pi if (self.W is None or self.corrected_evidence) else \
+            torch.cat([self.raw[..., :-1, :], habit.unsqueeze(-2)], -2)
         pred = predictive(self.log_b[:, self.seat_k, self.seat], self.log_pi)  # [E, K, N - 1, A]
         if self.W is not None:  # the online correction's error term needs the predicted distribution
             self.pred = pred.exp()
@@ -152,7 +159,7 @@ class GoalBelief:
     def _correct(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """The online correction of the co-players' goal policies: log pi [E, K, N - 1, G, A] + W h, renormalised
         (hidden h [E, K, N - 1, H] kept for the update in `observe`)."""
-        self.h = hidden.detach()
+        self.h, self.raw = hidden.detach(), log_pi
         corr = online_correction.apply(self.W, self.h)  # [E, K, N - 1, A]
         return (log_pi + corr.unsqueeze(-2)).log_softmax(-1)
 
@@ -166,7 +173,7 @@ class GoalBelief:
         # belief (the uniform prior: nothing updates it)
         cp = (slice(None), self.seat_k, self.seat)
         moves = actions[:, self.seat]  # [E, K, N - 1]
-        like = self.log_pi.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.G, 1)).squeeze(-1)  # [.., G]
+        like = self.log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.G, 1)).squeeze(-1)  # [.., G]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
         log_b, prior = self.log_b[cp], self.prior[cp]
         post = switch(bayes_update(log_b, like), prior, self.hazard)
@@ -254,7 +261,7 @@ class BayesCoplayer:
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
         self.learner_slot[self.slots] = True
         self.belief = GoalBelief(self.model, self.slots, N, c.prior_weight, c.hazard, c.memory != "episode",
-                                 c.observe_actions, c.event_reset, c.online_lr)
+                                 c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected")
         z = dict(device=device)
         # the rollout: every slot's observation (training inputs of each observer), actions, previous actions
         self.obs_all = torch.zeros(T, E, N, D, **z)
@@ -492,7 +499,7 @@ class BayesBeliefActor(torch.nn.Module):
             c = self.cfg.coplayer
             self.belief = GoalBelief(self.model, torch.tensor(self.slots, device=obs.device), self.model.n_slots,
                                      c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions,
-                                     c.event_reset, c.online_lr)
+                                     c.event_reset, c.online_lr, c.goal_evidence == "corrected")
             self.belief.start(E, obs.device)
             self.active_all = None
         if self.active_all is None:
