@@ -315,16 +315,17 @@ def plot(results: dict, path: Path, K: int) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8), squeeze=False)
     for ax, (game, per_variant) in zip(axes[0], results.items()):
         x = np.arange(1, K + 1)
-        for variant, per in per_variant.items():
+        for i, (variant, per) in enumerate(per_variant.items()):  # a colour per variant; memory off dashed
             for memory, d in per.items():
                 s = d["summary"]
-                label = f"{variant}" + (f", memory {'on' if memory == 'True' else 'off'}" if variant != "mappo" else "")
-                if variant == "mappo" and memory == "False":
+                on = memory == "True"
+                label = f"{variant}" + (f", memory {'on' if on else 'off'}" if variant != "mappo" else "")
+                if variant == "mappo" and not on:
                     continue
-                lo = [c[0] for c in s["iqm_ci"]]
-                hi = [c[1] for c in s["iqm_ci"]]
-                ax.plot(x, s["iqm"], marker="o", label=label)
-                ax.fill_between(x, lo, hi, alpha=0.15)
+                ax.plot(x, s["iqm"], marker="o" if on else None, ls="-" if on else "--", color=f"C{i}", label=label)
+                if on:
+                    ax.fill_between(x, [c[0] for c in s["iqm_ci"]], [c[1] for c in s["iqm_ci"]], color=f"C{i}",
+                                    alpha=0.12)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.axhline(0.0, color="grey", lw=0.8, ls=":")
         ax.set_title(f"{GAMES[game]['preset']}: held-out co-players")

@@ -90,8 +90,11 @@ def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tens
         d = torch.full(mask.shape, torch.inf, device=pred.device)
         d[:T - h] = (pred[:T - h] - obs_all[h:].unsqueeze(2)).pow(2).sum(-1)
         nearest = torch.minimum(nearest, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
-    # the same arithmetic as `d` (not cdist's matrix product): a distractor equal to a reached state ties exactly
-    rival = (pred.unsqueeze(-2) - distractors).pow(2).sum(-1).min(-1).values  # [T, E, K, N]
+    # the same arithmetic as `d` (not cdist's matrix product): a distractor equal to a reached state ties exactly;
+    # one distractor at a time, so the memory is the prediction's, not DISTRACTORS times it
+    rival = torch.full(mask.shape, torch.inf, device=pred.device)
+    for x in distractors:
+        rival = torch.minimum(rival, (pred - x).pow(2).sum(-1))
     return _masked_mean((nearest <= rival).float(), mask)  # a distractor that is a state j reaches is no rival
 
 
