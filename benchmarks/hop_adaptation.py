@@ -177,7 +177,7 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     out: dict = {}
     for variant in args.variants:
         for memory in (True, False):
-            curves, pairs, bounds, raw, steps, hits = [], [], [], [], [], []
+            curves, pairs, bounds, raw, steps, subgoal_hits = [], [], [], [], [], []
             for seed in seeds:
                 for fold in folds(game, args.protocol):
                     path = focal_dir(game, variant, fold, seed, args) / f"heldout_{fold}" / "adaptation.json"
@@ -195,10 +195,10 @@ def collect(game: str, args, seeds: list[int]) -> dict:
                     bounds.append(r["bounds"])
                     pairs.append((seed, fold))
                     steps.append(r.get("recognise", {}).get("recognised"))
-                    hits.append(r.get("subgoal_hit"))
+                    subgoal_hits.append(r.get("subgoal_hit"))
             if curves:
                 out.setdefault(variant, {})[memory] = {"curves": curves, "returns": raw, "pairs": pairs,
-                                                       "bounds": bounds, "recognised": steps, "subgoal_hit": hits}
+                                                       "bounds": bounds, "recognised": steps, "subgoal_hit": subgoal_hits}
     return out
 
 
