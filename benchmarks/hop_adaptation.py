@@ -249,9 +249,11 @@ def report(args, seeds: list[int]) -> None:
         if sub_on and all(h is not None for h in sub_on["subgoal_hit"]):
             hit = np.array([h["by_episode"] for h in sub_on["subgoal_hit"]], dtype=float)  # [runs, K]
             chance = np.array([h["chance_by_episode"] for h in sub_on["subgoal_hit"]], dtype=float)
+            now = [h["now"] for h in sub_on["subgoal_hit"] if "now" in h]
             lines.append(f"- subgoal-fed, memory on: subgoal hit ratio against the held-out co-players, episode 1 "
                          f"{hit[:, 0].mean():.2f}, episode K {hit[:, -1].mean():.2f} (a random co-player state: "
-                         f"{chance.mean():.2f})")
+                         f"{chance.mean():.2f}" + (f"; the co-player's own present state, as if it stayed: "
+                                                   f"{np.mean(now):.2f}" if now else "") + ")")
         fed_on = data.get("belief-fed", {}).get(True)
         if fed_on and all(r is not None for r in fed_on["recognised"]):
             rec = np.array(fed_on["recognised"], dtype=float)  # [runs, K]

@@ -140,6 +140,7 @@ def test_the_cvae_learns_the_subgoal_its_history_reveals_and_hits_far_above_chan
         last = cp.update()
     assert first["coplayer_subgoal_hit"] < 0.5 and last["coplayer_subgoal_hit_chance"] < 0.5
     assert last["coplayer_subgoal_hit"] > 0.95, last
+    assert last["coplayer_subgoal_hit_now"] < 0.5  # the cell changes every step: copying the present does not hit
     assert last["coplayer_subgoal_recon"] < first["coplayer_subgoal_recon"] / 10
 
 
@@ -185,7 +186,8 @@ def test_held_out_evaluation_of_a_subgoal_run_reports_its_hit_ratio_per_episode_
     report = adapt(run, ["scripted:staghunt_stag@path=cols"], episodes=3, num_envs=8, memory=(True,), held_out=True)
     (r,) = report["results"]
     hit = r["subgoal_hit"]
-    assert len(hit["by_episode"]) == len(hit["chance_by_episode"]) == 3 and "action_accuracy" not in r
+    assert len(hit["by_episode"]) == len(hit["chance_by_episode"]) == len(hit["now_by_episode"]) == 3
+    assert "action_accuracy" not in r
     assert all(0.0 <= v <= 1.0 for v in [*hit["by_episode"], *hit["chance_by_episode"]])
     assert hit["overall"] == pytest.approx(sum(hit["by_episode"]) / 3)
 

@@ -19,7 +19,9 @@ Logged before the update's steps (data not yet trained on): `coplayer_subgoal_hi
 (t, k, j) whose decoded subgoal (from q's mean) is nearer to one of the states j reaches in the next H steps than
 to any of `DISTRACTORS` random co-player states of the rollout (a scale-free "it named a state j went to");
 `coplayer_subgoal_hit_chance`: the same for a random co-player state of the rollout in place of the prediction
-(what a guess scores); the reconstruction error, the KL, the share of pairs with a subgoal in the rollout.
+(what a guess scores); `coplayer_subgoal_hit_now`: the same for j's own state at t (what "it stays where it is"
+scores: where states change slowly, future states are near the present one and a copy of it already hits); the
+reconstruction error, the KL, the share of pairs with a subgoal in the rollout.
 """
 
 from __future__ import annotations
@@ -161,6 +163,9 @@ class SubgoalCoplayer(CoplayerLearner):
                                                                 c.subgoal_horizon, mask, distractors)
                     metrics["coplayer_subgoal_hit_chance"] = hit_ratio(guess, self.obs_all, self.episode_end,
                                                                        c.subgoal_horizon, mask, distractors)
+                    now = self.obs_all.unsqueeze(2).expand_as(pred)  # "it stays where it is": j's own state at t
+                    metrics["coplayer_subgoal_hit_now"] = hit_ratio(now, self.obs_all, self.episode_end,
+                                                                    c.subgoal_horizon, mask, distractors)
                     metrics["coplayer_subgoal_recon"] = _masked_mean((pred - target.unsqueeze(2)).pow(2).mean(-1), mask)
                     metrics["coplayer_subgoal_kl"] = _masked_mean(kl, mask)
                     metrics["coplayer_subgoal_labelled"] = _masked_mean(mask.float(), pair)
