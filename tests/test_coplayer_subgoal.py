@@ -63,19 +63,27 @@ def test_subgoal_selection_follows_the_envs_reward_unless_set():
     assert select_mode("optimistic", team(False)) == "optimistic"
 
 
-def test_a_hit_is_a_prediction_nearer_a_state_the_coplayer_reaches_than_any_distractor():
+def test_a_hit_names_a_state_the_coplayer_goes_to_rather_than_one_it_is_or_was_in():
     T = 4
-    obs = torch.tensor([0.0, 1.0, 2.0, 3.0]).view(T, 1, 1, 1)  # [T, E, N=1, D=1]
+    obs = torch.tensor([0.0, 1.0, 1.0, 2.0]).view(T, 1, 1, 1)  # [T, E, N=1, D=1]: it moves, stays, moves
     end = torch.zeros(T, 1, dtype=torch.bool)
     mask = torch.ones(T, 1, 1, 1, dtype=torch.bool)  # [T, E, K=1, N=1]
     mask[3] = False  # no future at the rollout's last step
-    distractors = torch.tensor([[10.0], [1.6], [2.4]])
-    pred = torch.tensor([1.1, 2.95, 1.8]).view(3, 1, 1, 1, 1)  # t=0: 1.1 ~ state 1; t=1: 2.95 ~ state 3 (H=2)
-    pred = torch.cat([pred, torch.zeros(1, 1, 1, 1, 1)])  # t=2: 1.8 is nearer the distractor 1.6 than state 3
-    assert hit_ratio(pred, obs, end, 2, mask, distractors) == pytest.approx(2 / 3)
-    assert hit_ratio(pred, obs, end, 1, mask, distractors) == pytest.approx(1 / 3)  # 2.95 is nearer 2.4 than state 2
-    end[0] = True  # step 1 is another episode's: t=0 has no future state in its episode
-    assert hit_ratio(pred, obs, end, 2, mask, distractors) == pytest.approx(1 / 3)
+    pred = torch.tensor([0.9, 1.8, 0.2, 0.0]).view(T, 1, 1, 1, 1)
+    # t=0: 0.9 is nearer 1 (ahead) than 0 (now): hit; t=1: 1.8 is nearer 2 (t=3) than 0 (before; 1, where it is,
+    # is no rival: it stays there, so 1 is also where it goes): hit; t=2: 0.2 is nearer 1 (now) than 2 (ahead): miss
+    assert hit_ratio(pred, obs, end, 2, mask) == pytest.approx(2 / 3)
+    # H = 1: at t=1 only 1 (t=2) is ahead, and the only rival is 0: a hit; t=2 still a miss
+    assert hit_ratio(pred, obs, end, 1, mask) == pytest.approx(2 / 3)
+    pred[1] = 0.4  # nearer 0 (t=0, one step back) than 1 (ahead): a miss with either H
+    assert hit_ratio(pred, obs, end, 2, mask) == pytest.approx(1 / 3)
+    assert hit_ratio(pred, obs, end, 0 + 1, mask) == pytest.approx(1 / 3)
+    pred[1] = 1.8
+    now = obs.unsqueeze(2)  # copying the present hits where it stays: t=1 (1 -> 1) only
+    assert hit_ratio(now, obs, end, 2, mask) == pytest.approx(1 / 3)
+    end[0] = True  # step 1 starts another episode: t=0 has no future in its episode, t=1 no past before it
+    pred[1] = 0.4  # near 0, but 0 (t=0) is the last episode's: no rival left at t=1, so any reachable state hits
+    assert hit_ratio(pred, obs, end, 2, mask) == pytest.approx(1 / 3)
 
 
 def test_kl_of_two_gaussians_is_torchs():

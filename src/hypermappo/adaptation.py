@@ -439,11 +439,11 @@ def _ceiling(probs: torch.Tensor | None, actions: torch.Tensor) -> dict:
 
 def _subgoal_hits(trace: list[dict], K: int, horizon: int, seed: int) -> dict:
     """The subgoal model's hit ratio per episode index (algos/coplayer_subgoal.hit_ratio: its decoded subgoal is
-    nearer a state the partner reaches in the next H steps of the episode than any of a few random partner states
-    of the evaluation), and the same for a random partner state in place of the prediction (chance) and for the
-    partner's own state at t (now: what predicting no change scores; the partner's state is not the learner's to
-    see, so this is a reference, not a predictor it could use)."""
-    from hypermappo.algos.coplayer_subgoal import DISTRACTORS, hit_ratio
+    nearer a state the partner reaches in the next H steps of the episode than every state it was in over its present
+    and last H steps and does not reach again), and the same for a random partner state of the evaluation in place
+    of the prediction (chance) and for the partner's own present state (now: it hits where the partner stays; the
+    partner's state is not the learner's to see, so this is a reference, not a predictor it could use)."""
+    from hypermappo.algos.coplayer_subgoal import hit_ratio
 
     pred = torch.stack([x["subgoal_pred"] for x in trace])  # [S, E, Q, P, D]
     states = torch.stack([x["partner_state"] for x in trace])  # [S, E, P, D]
@@ -452,16 +452,15 @@ def _subgoal_hits(trace: list[dict], K: int, horizon: int, seed: int) -> dict:
     ended = torch.stack([x["ended"] for x in trace])
     pool = states[alive & (episode < K).unsqueeze(-1)]  # [M, D]
     g = torch.Generator().manual_seed(seed + 3)
-    draws = torch.randint(pool.shape[0], (DISTRACTORS + pred[..., 0].numel(),), generator=g)
-    distractors, guess = pool[draws[:DISTRACTORS]], pool[draws[DISTRACTORS:]].view(pred.shape)
+    guess = pool[torch.randint(pool.shape[0], (pred[..., 0].numel(),), generator=g)].view(pred.shape)
+    now = states.unsqueeze(2).expand_as(pred)
     base = alive.unsqueeze(2).expand(pred.shape[:-1])  # [S, E, Q, P]
-    now = states.unsqueeze(2).expand_as(pred)  # the partner's own state at t: "it stays where it is"
     hits, chance, stays = [], [], []
     for k in range(K):
         mask = base & (episode == k).view(*episode.shape, 1, 1)
-        hits.append(float(hit_ratio(pred, states, ended, horizon, mask, distractors)))
-        chance.append(float(hit_ratio(guess, states, ended, horizon, mask, distractors)))
-        stays.append(float(hit_ratio(now, states, ended, horizon, mask, distractors)))
+        hits.append(float(hit_ratio(pred, states, ended, horizon, mask)))
+        chance.append(float(hit_ratio(guess, states, ended, horizon, mask)))
+        stays.append(float(hit_ratio(now, states, ended, horizon, mask)))
     return {"by_episode": hits, "chance_by_episode": chance, "now_by_episode": stays, "overall": sum(hits) / K,
             "chance": sum(chance) / K, "now": sum(stays) / K}
 
@@ -701,8 +700,8 @@ def markdown(report: dict) -> str:
     hits = [r for r in report["results"] if "subgoal_hit" in r]
     if hits:
         lines += ["", "Subgoal hit ratio (the decoded subgoal is nearer a state the partner reaches in the next H steps "
-                  "than any random partner state of the evaluation; in brackets the same for a random partner state, "
-                  "and for the partner's own present state)",
+                  "than every state it was in over its present and last H steps and does not reach again; in brackets "
+                  "the same for a random partner state, and for the partner's own present state)",
                   "", "| partner | memory | " + " | ".join(f"ep {k}" for k in range(1, K + 1)) + " |",
                   "|" + "---|" * (K + 2)]
         for r in hits:

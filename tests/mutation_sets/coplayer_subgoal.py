@@ -4,7 +4,7 @@ ALGO = "src/hypermappo/algos/coplayer_subgoal.py"
 MODEL = "src/hypermappo/models/coplayer_subgoal.py"
 T = "tests/test_coplayer_subgoal.py"
 SELECT = f"{T}::test_the_subgoal_is_the_most_or_least_valued_of_the_next_h_states_in_the_same_episode"
-HIT = f"{T}::test_a_hit_is_a_prediction_nearer_a_state_the_coplayer_reaches_than_any_distractor"
+HIT = f"{T}::test_a_hit_names_a_state_the_coplayer_goes_to_rather_than_one_it_is_or_was_in"
 LEARNS = f"{T}::test_the_cvae_learns_the_subgoal_its_history_reveals_and_hits_far_above_chance"
 
 
@@ -20,9 +20,14 @@ def mutations(M):
         M("subgoal_target_now", ALGO, "idx = (torch.arange(T, device=values.device).unsqueeze(1) + offset)",
           "idx = (torch.arange(T, device=values.device).unsqueeze(1) + 0 * offset)", (SELECT, LEARNS),
           "the subgoal is the co-player's current state"),
-        M("subgoal_hit_without_rivals", ALGO, "return _masked_mean((nearest <= rival).float(), mask)",
-          "return _masked_mean((nearest < torch.inf).float(), mask)", (HIT,),
+        M("subgoal_hit_without_rivals", ALGO, "return _masked_mean((ahead < rival).float(), mask)",
+          "return _masked_mean(ahead.isfinite().float(), mask)", (HIT,),
           "every prediction with a future counts as a hit"),
+        M("subgoal_hit_stays_are_rivals", ALGO, "keep = ok.view(T, -1, 1, 1) & ~again.unsqueeze(2)",
+          "keep = ok.view(T, -1, 1, 1)", (HIT,),
+          "a state the co-player stays in counts against predicting that it stays"),
+        M("subgoal_hit_past_crosses_episodes", ALGO, "ok[h:] = (ends[h:T] - ends[:T - h]) == 0",
+          "ok[h:] = True", (HIT,), "the last episode's states are rivals"),
         M("subgoal_prior_never_frozen", ALGO, "training_prior = self.prior_updates_done < c.prior_updates",
           "training_prior = True",
           (f"{T}::test_the_state_vae_pretrains_on_the_first_rollouts_then_stays_frozen_while_the_cvae_trains",),

@@ -16,12 +16,12 @@ Per rollout, for every step t, learner agent k and co-player j (both alive):
   prior (measured on the stag hunt: the prior's means spread 0.07 over states, hit ratio at chance).
 
 Logged before the update's steps (data not yet trained on): `coplayer_subgoal_hit`, the hit ratio: the share of
-(t, k, j) whose decoded subgoal (from q's mean) is nearer to one of the states j reaches in the next H steps than
-to any of `DISTRACTORS` random co-player states of the rollout (a scale-free "it named a state j went to");
-`coplayer_subgoal_hit_chance`: the same for a random co-player state of the rollout in place of the prediction
-(what a guess scores); `coplayer_subgoal_hit_now`: the same for j's own state at t (what "it stays where it is"
-scores: where states change slowly, future states are near the present one and a copy of it already hits); the
-reconstruction error, the KL, the share of pairs with a subgoal in the rollout.
+(t, k, j) whose decoded subgoal (from q's mean) is nearer one of the states j reaches in the next H steps than every
+state j was in over its present and last H steps and does not reach again (`hit_ratio`: it names where j is going,
+not where j is);
+`coplayer_subgoal_hit_chance`: the same for a random co-player state of the rollout in place of the prediction;
+`coplayer_subgoal_hit_now`: the same for j's own present state (it hits exactly where j stays or comes back within
+H steps); the reconstruction error, the KL, the share of pairs with a subgoal in the rollout.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from hypermappo.runtime.device_rng import device_generator, restore
 
 GENERATOR_SEED_OFFSET = 15_485_863  # the CVAE's noise and the hit ratio's draws: run seed + this
 PRIOR_STEPS = 20  # full-batch steps of the state VAE per rollout while it pre-trains
-DISTRACTORS = 16  # the hit ratio: random co-player states a predicted subgoal must be nearer a true one than
 
 
 def select_mode(setting: str, env_spec) -> str:
@@ -81,23 +80,53 @@ def select_subgoals(obs_all: torch.Tensor, values: torch.Tensor, episode_end: to
     return target, valid, offset
 
 
+def past_steps(episode_end: torch.Tensor, horizon: int) -> list[tuple[int, torch.Tensor]]:
+    """episode_end [T, E] -> [(h, ok [T, E])] for h = 0..H: step t - h is in the rollout and in t's episode."""
+    T = episode_end.shape[0]
+    ends = F.pad(episode_end.long().cumsum(0), (0, 0, 1, 0))  # [T + 1, E]: episode ends before step i
+    out = [(0, torch.ones_like(episode_end))]
+    for h in range(1, min(horizon, T - 1) + 1):
+        ok = torch.zeros_like(episode_end)
+        ok[h:] = (ends[h:T] - ends[:T - h]) == 0  # no end in steps t - h .. t - 1
+        out.append((h, ok))
+    return out
+
+
+def _shifted(x: torch.Tensor, h: int, fill: float) -> torch.Tensor:
+    """x [T, ...] -> y with y[t] = x[t + h] (h may be negative), `fill` where t + h is outside the rollout."""
+    y = torch.full_like(x, fill)
+    T = x.shape[0]
+    if h >= 0:
+        y[:T - h] = x[h:]
+    else:
+        y[-h:] = x[:T + h]
+    return y
+
+
 def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int,
-              mask: torch.Tensor, distractors: torch.Tensor) -> torch.Tensor:
-    """pred [T, E, K, N, D] predicted subgoal states, obs_all [T, E, N, D], mask [T, E, K, N], distractors [M, D]
-    (random co-player states of the rollout) -> the share of masked (t, k, j) whose prediction is nearer to one of
-    the states j reaches in steps t + 1 .. t + H of t's episode than to every distractor (or as near)."""
+              mask: torch.Tensor) -> torch.Tensor:
+    """pred [T, E, K, N, D] predicted subgoal states, obs_all [T, E, N, D], mask [T, E, K, N] -> the share of masked
+    (t, k, j) whose prediction is nearer to one of the states j reaches in steps t + 1 .. t + H of t's episode than
+    to every state j was in over steps t - H .. t that it does not reach again in that window: it names where j is
+    going, not where j is or was. A state j stays in (or comes back to) is a place it goes, so copying j's present
+    state hits exactly where j stays or comes back within H steps."""
+    futures, pasts = future_steps(episode_end, horizon), past_steps(episode_end, horizon)
     T = obs_all.shape[0]
-    nearest = torch.full(mask.shape, torch.inf, device=pred.device)
-    for h, ok in future_steps(episode_end, horizon):
-        d = torch.full(mask.shape, torch.inf, device=pred.device)
-        d[:T - h] = (pred[:T - h] - obs_all[h:].unsqueeze(2)).pow(2).sum(-1)
-        nearest = torch.minimum(nearest, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
-    # the same arithmetic as `d` (not cdist's matrix product): a distractor equal to a reached state ties exactly;
-    # one distractor at a time, so the memory is the prediction's, not DISTRACTORS times it
+    ahead = torch.full(mask.shape, torch.inf, device=pred.device)
+    for h, ok in futures:
+        d = (pred - _shifted(obs_all, h, torch.nan).unsqueeze(2)).pow(2).sum(-1)
+        ahead = torch.minimum(ahead, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
     rival = torch.full(mask.shape, torch.inf, device=pred.device)
-    for x in distractors:
-        rival = torch.minimum(rival, (pred - x).pow(2).sum(-1))
-    return _masked_mean((nearest <= rival).float(), mask)  # a distractor that is a state j reaches is no rival
+    for h, ok in pasts:
+        was = _shifted(obs_all, -h, torch.nan)  # [T, E, N, D]: j's state at t - h
+        again = torch.zeros(obs_all.shape[:-1], dtype=torch.bool, device=pred.device)  # [T, E, N]
+        for f, ok_f in futures:
+            same = (was == _shifted(obs_all, f, torch.nan)).all(-1)
+            again = again | (same & ok_f.unsqueeze(-1))
+        d = (pred - was.unsqueeze(2)).pow(2).sum(-1)
+        keep = ok.view(T, -1, 1, 1) & ~again.unsqueeze(2)
+        rival = torch.minimum(rival, torch.where(keep, d, torch.inf))
+    return _masked_mean((ahead < rival).float(), mask)  # no rival left (inf): any reachable state hits
 
 
 class SubgoalCoplayer(CoplayerLearner):
@@ -135,9 +164,8 @@ class SubgoalCoplayer(CoplayerLearner):
             partners = self.obs_all.unsqueeze(2).expand(-1, -1, self.K, -1, -1)[pair]  # [P, D]: co-player states
             if partners.shape[0] == 0:  # no co-player alive in the whole rollout: nothing to hit
                 partners = states.new_full((1, self.D), torch.inf)
-            draws = torch.randint(partners.shape[0], (DISTRACTORS + mask.numel(),), generator=self.generator,
-                                  device=partners.device)
-            distractors, guess = partners[draws[:DISTRACTORS]], partners[draws[DISTRACTORS:]].view(*mask.shape, -1)
+            draws = torch.randint(partners.shape[0], (mask.numel(),), generator=self.generator, device=partners.device)
+            guess = partners[draws].view(*mask.shape, -1)  # a random co-player state of the rollout, per (t, k, j)
         training_prior = self.prior_updates_done < c.prior_updates
         metrics: dict[str, torch.Tensor] = {}
         if training_prior:  # pre-training the state VAE on this rollout's states, before the CVAE reads it
@@ -160,12 +188,12 @@ class SubgoalCoplayer(CoplayerLearner):
                 with torch.no_grad():
                     pred = self.model.decoder(mu)  # the subgoal the policy's features stand for
                     metrics["coplayer_subgoal_hit"] = hit_ratio(pred, self.obs_all, self.episode_end,
-                                                                c.subgoal_horizon, mask, distractors)
+                                                                c.subgoal_horizon, mask)
                     metrics["coplayer_subgoal_hit_chance"] = hit_ratio(guess, self.obs_all, self.episode_end,
-                                                                       c.subgoal_horizon, mask, distractors)
+                                                                       c.subgoal_horizon, mask)
                     now = self.obs_all.unsqueeze(2).expand_as(pred)  # "it stays where it is": j's own state at t
                     metrics["coplayer_subgoal_hit_now"] = hit_ratio(now, self.obs_all, self.episode_end,
-                                                                    c.subgoal_horizon, mask, distractors)
+                                                                    c.subgoal_horizon, mask)
                     metrics["coplayer_subgoal_recon"] = _masked_mean((pred - target.unsqueeze(2)).pow(2).mean(-1), mask)
                     metrics["coplayer_subgoal_kl"] = _masked_mean(kl, mask)
                     metrics["coplayer_subgoal_labelled"] = _masked_mean(mask.float(), pair)
