@@ -254,12 +254,14 @@ def report(args, seeds: list[int]) -> None:
                          f"{hit[:, 0].mean():.2f}, episode K {hit[:, -1].mean():.2f} (a random co-player state: "
                          f"{chance.mean():.2f}" + (f"; the co-player's own present state, as if it stayed: "
                                                    f"{np.mean(now):.2f}" if now else "") + ")")
-        fed_on = data.get("belief-fed", {}).get(True)
-        if fed_on and all(r is not None for r in fed_on["recognised"]):
-            rec = np.array(fed_on["recognised"], dtype=float)  # [runs, K]
-            lines.append(f"- belief-fed, memory on: fraction of episodes in which the belief settles on the held-out "
-                         f"co-players' true goal, episode 1 {np.nanmean(rec[:, 0]):.2f}, episode K "
-                         f"{np.nanmean(rec[:, -1]):.2f}")
+        for variant, per in data.items():  # every variant with a goal belief
+            for memory in (True, False):
+                d = per.get(memory)
+                if d and d["recognised"] and all(r is not None for r in d["recognised"]):
+                    rec = np.array(d["recognised"], dtype=float)  # [runs, K]
+                    lines.append(f"- {variant}, memory {'on' if memory else 'off'}: fraction of episodes in which the "
+                                 f"belief settles on the held-out co-players' true goal, episode 1 "
+                                 f"{np.nanmean(rec[:, 0]):.2f}, episode K {np.nanmean(rec[:, -1]):.2f}")
         bounds = [b for per in data.values() for d in per.values() for b in d["bounds"]]
         unresolved = sorted({f"{f} (seed {sd})" for per in data.values() for d in per.values()
                              for (sd, f), b in zip(d["pairs"], d["bounds"]) if not scale_is_resolved(b)})
