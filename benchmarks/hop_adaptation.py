@@ -319,7 +319,8 @@ def plot(results: dict, path: Path, K: int) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 3.8), squeeze=False)
     for ax, (game, per_variant) in zip(axes[0], results.items()):
         x = np.arange(1, K + 1)
-        for i, (variant, per) in enumerate(per_variant.items()):  # a colour per variant; memory off dashed
+        for variant, per in per_variant.items():  # a colour per variant, the same in every panel; memory off dashed
+            i = list(VARIANTS).index(variant)
             for memory, d in per.items():
                 s = d["summary"]
                 on = memory == "True"
