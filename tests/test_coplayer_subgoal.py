@@ -152,6 +152,22 @@ def test_the_cvae_learns_the_subgoal_its_history_reveals_and_hits_far_above_chan
     assert last["coplayer_subgoal_recon"] < first["coplayer_subgoal_recon"] / 10
 
 
+def test_a_non_finite_subgoal_loss_stops_the_update_with_one_line_naming_it(tmp_path):
+    from hypermappo.errors import NonFiniteError
+
+    exp = Experiment(_cfg([*ON, "diagnostics.audit_updates=0", "coplayer.prior_updates=1"]), tmp_path / "run",
+                     quiet=True)
+    exp._start_episodes()
+    exp.collect()
+    cp = exp.groups[0].learner.coplayer
+    cp.update()  # finite, and the prior is frozen from here on
+    with torch.no_grad():
+        cp.model.decoder[-1].bias.fill_(float("nan"))
+    exp.collect()
+    with pytest.raises(NonFiniteError, match=r"^non-finite co-player subgoal loss in co-player step 1 \(subgoal\)$"):
+        cp.update()
+
+
 def test_the_policy_reads_every_slots_inferred_subgoal_and_only_the_learners_own_observations(tmp_path):
     exp = Experiment(_cfg([*ON, "coplayer.feed=policy"]), tmp_path / "run", quiet=True)
     exp._start_episodes()

@@ -265,18 +265,23 @@ class CoplayerLearner:
                 metrics.update({f"coplayer_{k}_loss": v.detach() for k, (_, v) in terms.items()})
             if not self.trains:
                 break
-            loss = sum(w * v for w, v in terms.values())
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if self.after_backward is not None:
-                self.after_backward()
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.ppo.max_grad_norm or float("inf"),
-                                                  foreach=True)
-            if not torch.isfinite(loss.detach() + norm):
-                bad = next((f"{k} loss" for k, (_, v) in terms.items() if not torch.isfinite(v)), "gradient norm")
-                raise NonFiniteError(f"non-finite co-player {bad} in co-player epoch {epoch + 1}")
-            self.opt.step()
+            self._step(sum(w * v for w, v in terms.values()), {k: v for k, (_, v) in terms.items()},
+                       f"co-player epoch {epoch + 1}")
         return {k: float(v) for k, v in metrics.items()}
+
+    def _step(self, loss: torch.Tensor, terms: dict[str, torch.Tensor], where: str) -> None:
+        """One optimiser step on `loss` (the sum of `terms`), clipped; a non-finite loss or gradient norm raises
+        NonFiniteError naming the first non-finite term and `where`."""
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.after_backward is not None:
+            self.after_backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.ppo.max_grad_norm or float("inf"),
+                                              foreach=True)
+        if not torch.isfinite(loss.detach() + norm):
+            bad = next((f"{k} loss" for k, v in terms.items() if not torch.isfinite(v)), "gradient norm")
+            raise NonFiniteError(f"non-finite co-player {bad} in {where}")
+        self.opt.step()
 
     # ------------------------------------------------------------------ state
 

@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.algos.coplayer import CoplayerLearner, _masked_mean
-from hypermappo.errors import NonFiniteError
 from hypermappo.models.coplayer_subgoal import gaussian, kl_gaussians
 from hypermappo.runtime.device_rng import device_generator, restore
 
@@ -110,19 +109,18 @@ def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tens
     to every state j was in over steps t - H .. t that it does not reach again in that window: it names where j is
     going, not where j is or was. A state j stays in (or comes back to) is a place it goes, so copying j's present
     state hits exactly where j stays or comes back within H steps."""
-    futures, pasts = future_steps(episode_end, horizon), past_steps(episode_end, horizon)
     T = obs_all.shape[0]
+    futures = [(_shifted(obs_all, h, torch.nan), ok) for h, ok in future_steps(episode_end, horizon)]  # j at t + h
     ahead = torch.full(mask.shape, torch.inf, device=pred.device)
-    for h, ok in futures:
-        d = (pred - _shifted(obs_all, h, torch.nan).unsqueeze(2)).pow(2).sum(-1)
+    for will, ok in futures:
+        d = (pred - will.unsqueeze(2)).pow(2).sum(-1)
         ahead = torch.minimum(ahead, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
     rival = torch.full(mask.shape, torch.inf, device=pred.device)
-    for h, ok in pasts:
+    for h, ok in past_steps(episode_end, horizon):
         was = _shifted(obs_all, -h, torch.nan)  # [T, E, N, D]: j's state at t - h
         again = torch.zeros(obs_all.shape[:-1], dtype=torch.bool, device=pred.device)  # [T, E, N]
-        for f, ok_f in futures:
-            same = (was == _shifted(obs_all, f, torch.nan)).all(-1)
-            again = again | (same & ok_f.unsqueeze(-1))
+        for will, ok_f in futures:
+            again = again | ((was == will).all(-1) & ok_f.unsqueeze(-1))
         d = (pred - was.unsqueeze(2)).pow(2).sum(-1)
         keep = ok.view(T, -1, 1, 1) & ~again.unsqueeze(2)
         rival = torch.minimum(rival, torch.where(keep, d, torch.inf))
@@ -160,20 +158,20 @@ class SubgoalCoplayer(CoplayerLearner):
             target, valid, _ = select_subgoals(self.obs_all, value, self.episode_end, c.subgoal_horizon, self.mode)
             pair = learner_alive.unsqueeze(-1) & self.others & self.active_all.unsqueeze(2)  # [T, E, K, N]
             mask = pair & valid.view(*valid.shape, 1, 1)
-            states = self.obs_all[self.active_all]  # [M, D]: every alive slot's observation
             partners = self.obs_all.unsqueeze(2).expand(-1, -1, self.K, -1, -1)[pair]  # [P, D]: co-player states
             if partners.shape[0] == 0:  # no co-player alive in the whole rollout: nothing to hit
-                partners = states.new_full((1, self.D), torch.inf)
+                partners = self.obs_all.new_full((1, self.D), torch.inf)
             draws = torch.randint(partners.shape[0], (mask.numel(),), generator=self.generator, device=partners.device)
             guess = partners[draws].view(*mask.shape, -1)  # a random co-player state of the rollout, per (t, k, j)
         training_prior = self.prior_updates_done < c.prior_updates
         metrics: dict[str, torch.Tensor] = {}
         if training_prior:  # pre-training the state VAE on this rollout's states, before the CVAE reads it
+            states = self.obs_all[self.active_all]  # [M, D]: every alive slot's observation
             for step in range(PRIOR_STEPS):
                 loss = self._prior_loss(states)
                 if step == 0:
                     metrics["coplayer_prior_loss"] = loss.detach()
-                self._step(loss, "prior", step)
+                self._step(loss, {"prior": loss}, f"co-player step {step + 1} (prior)")
         for epoch in range(c.epochs):
             emb = self.model.sequence(self.obs, self.new_episode, self.h0, self.reset)  # [T, E, K, H]
             mu, logvar = self.model.posterior(emb)  # [T, E, K, N, Z]
@@ -198,7 +196,7 @@ class SubgoalCoplayer(CoplayerLearner):
                     metrics["coplayer_subgoal_kl"] = _masked_mean(kl, mask)
                     metrics["coplayer_subgoal_labelled"] = _masked_mean(mask.float(), pair)
                 metrics.update({f"coplayer_{k}_loss": v.detach() for k, v in terms.items()})
-            self._step(terms["subgoal"], "subgoal", epoch)
+            self._step(terms["subgoal"], terms, f"co-player step {epoch + 1} (subgoal)")
         self.prior_updates_done += int(training_prior)
         return {k: float(v) for k, v in metrics.items()}
 
@@ -208,18 +206,6 @@ class SubgoalCoplayer(CoplayerLearner):
         z = mu + torch.randn(mu.shape, generator=self.generator, device=mu.device) * (0.5 * logvar).exp()
         kl = kl_gaussians(mu, logvar, torch.zeros_like(mu), torch.zeros_like(logvar))
         return ((self.model.prior_decoder(z) - states).pow(2).sum(-1) + self.c.kl_weight * kl).mean()
-
-    def _step(self, loss: torch.Tensor, what: str, step: int) -> None:
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.after_backward is not None:
-            self.after_backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.ppo.max_grad_norm or float("inf"),
-                                              foreach=True)
-        if not torch.isfinite(loss.detach() + norm):
-            bad = f"{what} loss" if not torch.isfinite(loss) else "gradient norm"
-            raise NonFiniteError(f"non-finite co-player {bad} in co-player step {step + 1} ({what})")
-        self.opt.step()
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "generator": self.generator.get_state(),
