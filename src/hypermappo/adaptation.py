@@ -443,7 +443,7 @@ def _subgoal_hits(trace: list[dict], K: int, horizon: int, seed: int) -> dict:
     and last H steps and does not reach again), and the same for a random partner state of the evaluation in place
     of the prediction (chance) and for the partner's own present state (now: it hits where the partner stays; the
     partner's state is not the learner's to see, so this is a reference, not a predictor it could use)."""
-    from hypermappo.algos.coplayer_subgoal import hit_ratio
+    from hypermappo.algos.coplayer_subgoal import hits
 
     pred = torch.stack([x["subgoal_pred"] for x in trace])  # [S, E, Q, P, D]
     states = torch.stack([x["partner_state"] for x in trace])  # [S, E, P, D]
@@ -455,14 +455,13 @@ def _subgoal_hits(trace: list[dict], K: int, horizon: int, seed: int) -> dict:
     guess = pool[torch.randint(pool.shape[0], (pred[..., 0].numel(),), generator=g)].view(pred.shape)
     now = states.unsqueeze(2).expand_as(pred)
     base = alive.unsqueeze(2).expand(pred.shape[:-1])  # [S, E, Q, P]
-    hits, chance, stays = [], [], []
-    for k in range(K):
-        mask = base & (episode == k).view(*episode.shape, 1, 1)
-        hits.append(float(hit_ratio(pred, states, ended, horizon, mask)))
-        chance.append(float(hit_ratio(guess, states, ended, horizon, mask)))
-        stays.append(float(hit_ratio(now, states, ended, horizon, mask)))
-    return {"by_episode": hits, "chance_by_episode": chance, "now_by_episode": stays, "overall": sum(hits) / K,
-            "chance": sum(chance) / K, "now": sum(stays) / K}
+    curves = {}
+    for name, x in (("by_episode", pred), ("chance_by_episode", guess), ("now_by_episode", now)):
+        hit = hits(x, states, ended, horizon).float()  # [S, E, Q, P], once per predictor
+        curves[name] = [float((hit * m).sum() / m.sum().clamp(min=1.0))
+                        for m in ((base & (episode == k).view(*episode.shape, 1, 1)).float() for k in range(K))]
+    return {**curves, "overall": sum(curves["by_episode"]) / K, "chance": sum(curves["chance_by_episode"]) / K,
+            "now": sum(curves["now_by_episode"]) / K}
 
 
 def _accuracy(trace: list[dict], K: int, window: int = 0) -> dict:

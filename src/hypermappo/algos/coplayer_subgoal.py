@@ -104,18 +104,24 @@ def _shifted(x: torch.Tensor, h: int, fill: float) -> torch.Tensor:
 
 def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int,
               mask: torch.Tensor) -> torch.Tensor:
-    """pred [T, E, K, N, D] predicted subgoal states, obs_all [T, E, N, D], mask [T, E, K, N] -> the share of masked
-    (t, k, j) whose prediction is nearer to one of the states j reaches in steps t + 1 .. t + H of t's episode than
-    to every state j was in over steps t - H .. t that it does not reach again in that window: it names where j is
+    """The share of the masked [T, E, K, N] (t, k, j) that `hits` counts as hits."""
+    return _masked_mean(hits(pred, obs_all, episode_end, horizon).float(), mask)
+
+
+def hits(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: int) -> torch.Tensor:
+    """pred [T, E, K, N, D] predicted subgoal states, obs_all [T, E, N, D] -> [T, E, K, N] bool: (t, k, j)'s
+    prediction is nearer to one of the states j reaches in steps t + 1 .. t + H of t's episode than to every state j
+    was in over steps t - H .. t that it does not reach again in that window: it names where j is
     going, not where j is or was. A state j stays in (or comes back to) is a place it goes, so copying j's present
     state hits exactly where j stays or comes back within H steps."""
     T = obs_all.shape[0]
     futures = [(_shifted(obs_all, h, torch.nan), ok) for h, ok in future_steps(episode_end, horizon)]  # j at t + h
-    ahead = torch.full(mask.shape, torch.inf, device=pred.device)
+    shape = pred.shape[:-1]
+    ahead = torch.full(shape, torch.inf, device=pred.device)
     for will, ok in futures:
         d = (pred - will.unsqueeze(2)).pow(2).sum(-1)
         ahead = torch.minimum(ahead, torch.where(ok.view(T, -1, 1, 1), d, torch.inf))
-    rival = torch.full(mask.shape, torch.inf, device=pred.device)
+    rival = torch.full(shape, torch.inf, device=pred.device)
     for h, ok in past_steps(episode_end, horizon):
         was = _shifted(obs_all, -h, torch.nan)  # [T, E, N, D]: j's state at t - h
         again = torch.zeros(obs_all.shape[:-1], dtype=torch.bool, device=pred.device)  # [T, E, N]
@@ -124,7 +130,7 @@ def hit_ratio(pred: torch.Tensor, obs_all: torch.Tensor, episode_end: torch.Tens
         d = (pred - was.unsqueeze(2)).pow(2).sum(-1)
         keep = ok.view(T, -1, 1, 1) & ~again.unsqueeze(2)
         rival = torch.minimum(rival, torch.where(keep, d, torch.inf))
-    return _masked_mean((ahead < rival).float(), mask)  # no rival left (inf): any reachable state hits
+    return ahead < rival  # no rival left (inf): any reachable state hits
 
 
 class SubgoalCoplayer(CoplayerLearner):
