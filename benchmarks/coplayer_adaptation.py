@@ -73,6 +73,8 @@ VARIANTS = {
     "bayes": ("actor: mlp", ["coplayer.enabled=true"]),
     # ablation: the goal policies read the learner's observation as is, not each co-player's own view
     "bayes-own-view": ("actor: mlp", ["coplayer.enabled=true", "coplayer.view=own"]),
+    # the belief over (population member, goal): one read-out of the goal policies per training partner
+    "bayes-members": ("actor: mlp", ["coplayer.enabled=true", "coplayer.member_heads=true"]),
     "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),

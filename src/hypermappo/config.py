@@ -271,6 +271,10 @@ class CoplayerConfig:
                                         "goal a learned agent completes) relative to one whose goal a scripted "
                                         "partner's rule gives; a goal only hindsight labels show is still learnt "
                                         "from them alone", min=0.0, max=1.0)
+    member_heads: bool = opt(False, "bayes: one more read-out of the goal policies per member of the training "
+                                    "populations (learnt from that member's moves), and the belief over (member, "
+                                    "goal) pairs, with a member-free read-out for partners never met: a training "
+                                    "partner's own way of pursuing a goal is predicted, not the zoo's average")
     replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
                            min=1)
     steps: int = opt(32, "bayes: Adam steps on replay mini-batches per update", min=1)
@@ -679,7 +683,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check("coplayer.goal_evidence", cp.online_lr > 0, "it chooses between corrected and uncorrected goal "
               "policies, and coplayer.online_lr=0 corrects none")
         for name in ("prior_weight", "hazard", "event_reset", "online_lr", "goal_evidence", "floor", "observe_actions",
-                     "view", "self_model",
+                     "view", "self_model", "member_heads",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",

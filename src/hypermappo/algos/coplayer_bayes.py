@@ -59,11 +59,18 @@ def bayes_belief_dim(env_spec) -> int:
     return env_spec.num_agents * (goal_labels(len(env_spec.goal_names)) + int(env_spec.action_space.n))
 
 
+def population_members(cfg) -> int:
+    """The read-outs coplayer.member_heads adds: the members of the run's population groups (a learner group's
+    config carries their count, policies/specs.py; a config without groups has none)."""
+    return getattr(cfg, "population_members", 0)
+
+
 def build_goal_policy(cfg, env_spec) -> GoalPolicy:
     c = cfg.coplayer
     return GoalPolicy(env_spec.obs_dim, env_spec.num_agents, int(env_spec.action_space.n),
                       goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features,
-                      env_spec.coplayer_view if c.view == "coplayer" else None)
+                      env_spec.coplayer_view if c.view == "coplayer" else None,
+                      population_members(cfg) if c.member_heads else 0)
 
 
 def check_env(cfg, env_spec) -> None:
@@ -91,6 +98,17 @@ class GoalBelief:
                  corrected_evidence: bool = True):
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
+        # with member heads (coplayer.member_heads) the belief is over hypotheses (read-out, named goal): read-out 0
+        # the member-free one, 1..M the training populations' members; plus "other". H = (1 + M) * (G - 1) + 1
+        self.M = getattr(model, "n_members", 0)
+        self.H = (1 + self.M) * (self.G - 1) + 1
+        # the named goals' rows of the model's [(1 + M) * G, A] output, read-out by read-out (its own "other" rows
+        # are not hypotheses: "other" is the counted moves)
+        self.named_rows = torch.tensor([r * self.G + g for r in range(1 + self.M) for g in range(self.G - 1)],
+                                       device=slots.device)
+        # the prior a fresh belief starts from: uniform over goals, a goal's mass spread evenly over the read-outs
+        self.fresh = torch.cat([torch.full(((1 + self.M) * (self.G - 1),), 1.0 / (self.G * (1 + self.M))),
+                                torch.full((1,), 1.0 / self.G)]).to(slots.device)
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
         # the per-partner online correction of the goal policies' moves (off at 0): logits + W h, W [E, K, N - 1, A, H]
@@ -111,7 +129,7 @@ class GoalBelief:
     def start(self, E: int, device) -> None:
         """Fresh start: uniform prior and belief, no previous actions, first episode."""
         K = self.slots.numel()
-        self.prior = torch.full((E, K, self.N, self.G), 1.0 / self.G, device=device)
+        self.prior = self.fresh.to(device).expand(E, K, self.N, self.H).clone()
         self.log_b = self.prior.log()
         self.prev = torch.full((E, self.N), self.A, dtype=torch.long, device=device)
         self.episode_index = torch.zeros(E, dtype=torch.long, device=device)  # episodes against this partner, 0-based
@@ -122,7 +140,7 @@ class GoalBelief:
     def reset(self, envs: torch.Tensor) -> None:
         """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
         m = envs.view(-1, 1, 1, 1)
-        uniform = torch.full_like(self.prior, 1.0 / self.G)
+        uniform = self.fresh.expand_as(self.prior)
         self.prior = torch.where(m, uniform, self.prior)
         self.log_b = torch.where(m, uniform.log(), self.log_b)
         self.prev = torch.where(envs.unsqueeze(-1), self.A, self.prev)
@@ -142,9 +160,9 @@ class GoalBelief:
             log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, self._correct)
         counts = self.counts[:, self.seat_k, self.seat]  # [E, K, N - 1, A]
         habit = ((counts + 1.0) / (counts.sum(-1, keepdim=True) + self.A)).log()
-        self.log_pi = torch.cat([log_pi[..., :-1, :], habit.unsqueeze(-2)], -2)  # "other": the moves counted
+        self.log_pi = torch.cat([self._named(log_pi), habit.unsqueeze(-2)], -2)  # "other": the moves counted
         self.log_evidence = self.log_pi if (self.W is None or self.corrected_evidence) else \
-            torch.cat([self.raw[..., :-1, :], habit.unsqueeze(-2)], -2)
+            torch.cat([self._named(self.raw), habit.unsqueeze(-2)], -2)
         pred = predictive(self.log_b[:, self.seat_k, self.seat], self.log_pi)  # [E, K, N - 1, A]
         if self.W is not None:  # the online correction's error term needs the predicted distribution
             self.pred = pred.exp()
@@ -154,7 +172,19 @@ class GoalBelief:
         if not features:  # an actor that does not read the belief: only the prediction is scored
             return None, log_pred
         mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
-        return torch.cat([(self.log_b.exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1), log_pred
+        return torch.cat([(self.goal_log_b().exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1), \
+            log_pred
+
+    def _named(self, log_pi: torch.Tensor) -> torch.Tensor:
+        """The model's [..., G, A] (member heads: [..., (1 + M) * G, A]) -> the named goals' rows [..., H - 1, A]."""
+        return log_pi[..., :-1, :] if self.M == 0 else log_pi.index_select(-2, self.named_rows)
+
+    def goal_log_b(self) -> torch.Tensor:
+        """The goal posterior [E, K, N, G] (log): with member heads, each named goal's mass summed over read-outs."""
+        if self.M == 0:
+            return self.log_b
+        named = self.log_b[..., :-1].unflatten(-1, (1 + self.M, self.G - 1)).logsumexp(-2)
+        return torch.cat([named, self.log_b[..., -1:]], -1)
 
     def _correct(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """The online correction of the co-players' goal policies: log pi [E, K, N - 1, G, A] + W h, renormalised
@@ -173,7 +203,7 @@ class GoalBelief:
         # belief (the uniform prior: nothing updates it)
         cp = (slice(None), self.seat_k, self.seat)
         moves = actions[:, self.seat]  # [E, K, N - 1]
-        like = self.log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.G, 1)).squeeze(-1)  # [.., G]
+        like = self.log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.H, 1)).squeeze(-1)  # [.., H]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
         log_b, prior = self.log_b[cp], self.prior[cp]
         post = switch(bayes_update(log_b, like), prior, self.hazard)
@@ -194,7 +224,7 @@ class GoalBelief:
         if self.persistent:
             nxt_prior = carry(self.prior, self.log_b, self.alpha)
         else:
-            nxt_prior = torch.full_like(self.prior, 1.0 / self.G)
+            nxt_prior = self.fresh.expand_as(self.prior)
         end = episode_end.view(-1, 1, 1, 1)
         self.prior = torch.where(end, nxt_prior, self.prior)
         if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
@@ -245,6 +275,9 @@ class BayesCoplayer:
         c = cfg.coplayer
         self.cfg, self.c = cfg, c
         check_env(cfg, env_spec)
+        if c.member_heads and not population_members(cfg):
+            raise UserError("coplayer.member_heads=true: the run has no population group, so no member to give a "
+                            "read-out of its own; add a group with kind: population, or leave it false")
         N, D, K, T, E = env_spec.num_agents, env_spec.obs_dim, len(slots), cfg.rollout_length, num_envs
         self.N, self.K, self.T, self.E, self.D = N, K, T, E, D
         self.n_named = len(env_spec.goal_names)
@@ -271,6 +304,10 @@ class BayesCoplayer:
         self.episode_end = torch.zeros(T, E, dtype=torch.bool, **z)
         self.goal_event = torch.full((T, E, N), -1, dtype=torch.long, **z)
         self.scripted_goal = torch.full((T, E, N), GOAL_NOT_GIVEN, dtype=torch.long, **z)
+        # member heads: which population member played each slot (its read-out, 1..M; 0: none, a learner or a
+        # group that is no population)
+        self.M = self.model.n_members
+        self.member = torch.zeros(T, E, N, dtype=torch.long, **z) if self.M else None
         # the belief's online predictions, scored once labels are known (at the update)
         self.log_pred = torch.zeros(T, E, K, N, self.A, **z)
         self.belief_probs = torch.zeros(T, E, K, N, self.G, **z)
@@ -282,7 +319,8 @@ class BayesCoplayer:
         self.replay = {"obs": torch.zeros(cap, D, dtype=torch.float16, **z),
                        "target": torch.zeros(cap, dtype=torch.long, **z), "prev": torch.zeros(cap, dtype=torch.long, **z),
                        "action": torch.zeros(cap, dtype=torch.long, **z), "goal": torch.zeros(cap, dtype=torch.long, **z),
-                       "known": torch.zeros(cap, dtype=torch.bool, **z)}
+                       "known": torch.zeros(cap, dtype=torch.bool, **z),
+                       **({"member": torch.zeros(cap, dtype=torch.long, **z)} if self.M else {})}
         self.replay_fill, self.replay_pos = 0, 0
         self.partner = None
         self.after_backward = None  # the live-component audit's gradient hook, while it runs
@@ -307,7 +345,7 @@ class BayesCoplayer:
         self.prev[t].copy_(self.belief.prev)
         features, log_pred = self.belief.begin(obs, features=self.fed)
         self.log_pred[t].copy_(log_pred)
-        self.belief_probs[t].copy_(self.belief.log_b.exp())
+        self.belief_probs[t].copy_(self.belief.goal_log_b().exp())
         self.t_in_episode[t].copy_(self.step_count)
         self.episode_idx[t].copy_(self.belief.episode_index)
         return torch.cat([obs, features], -1) if self.fed else obs
@@ -328,12 +366,17 @@ class BayesCoplayer:
             self.goal_event[t].copy_(event)
         given = self.scripted_goal[t]
         given.fill_(GOAL_NOT_GIVEN)
+        offset = 1  # member heads: the first population group's members are read-outs 1..
         for g in groups:
             if g.learning:
                 continue
             goal = getattr(g, "last_goal", None)
             if goal is not None:  # a scripted rule's own target (-1: none, "other"); frozen actors write none
                 given[:, g.index] = goal.to(given.dtype)
+            if self.member is not None and getattr(g, "population", None) is not None:
+                pid = g.partner_id.view(g.partner_id.shape[0], -1)  # [E, 1] or [E, K_g] (a member per slot)
+                self.member[t][:, g.index] = (offset + pid).expand(-1, g.K)
+                offset += len(g.population)
         self.belief.observe(actions, step.active, end, event)
         self.step_count = torch.where(end, 0, self.step_count + 1)
 
@@ -358,7 +401,8 @@ class BayesCoplayer:
         prev = self.prev if self.c.observe_actions else torch.full_like(self.prev, self.A)
         return {"obs": self.obs_all[t, e, o], "target": (j - o) % N,  # j relative to the observer
                 "prev": prev[t, e, j], "action": self.actions[t, e, j], "goal": label[t, e, j],
-                "known": self.scripted_goal[t, e, j] != GOAL_NOT_GIVEN}  # a rule's own goal, not a hindsight guess
+                "known": self.scripted_goal[t, e, j] != GOAL_NOT_GIVEN,  # a rule's own goal, not a hindsight guess
+                **({"member": self.member[t, e, j]} if self.member is not None else {})}
 
     def _push(self, samples: dict[str, torch.Tensor]) -> None:
         cap = self.c.replay_size
@@ -375,12 +419,23 @@ class BayesCoplayer:
     def _loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B]) (`normed`: the
-        batch's `GoalPolicy.normed_inputs`, if computed already)."""
+        batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free read-out's
+        cross-entropy plus, for a sample a population member played, that member's read-out's (the hit: the
+        member-free read-out's, the fit to a partner never met)."""
         obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
-        log_pi = self.model.log_probs(obs, batch["target"], batch["prev"], normed)  # [B, G, A]
+        log_pi = self.model.log_probs(obs, batch["target"], batch["prev"], normed)  # [B, G, A] ([B, (1+M) G, A])
         log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
-        return nll, (log_pi_g.argmax(-1) == batch["action"])
+        hit = log_pi_g.argmax(-1) == batch["action"]
+        self.member_hit = None
+        if self.M:
+            member = batch["member"]
+            row = (member * self.G + batch["goal"]).view(-1, 1, 1).expand(-1, 1, self.A)
+            own_pi = log_pi.gather(1, row).squeeze(1)  # [B, A] the member's read-out (member 0: the member-free)
+            own = -own_pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
+            nll = nll + torch.where(member > 0, own, 0.0)
+            self.member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
+        return nll, hit
 
     def _online_metrics(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
         """The belief's predictions made during the rollout, scored against what the co-players did."""
@@ -424,6 +479,8 @@ class BayesCoplayer:
                 every = -(-n // FIT_SAMPLES)
                 nll, hit = self._loss({k: v[::every] for k, v in fresh.items()})
                 metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
+                if self.member_hit is not None and self.member_hit.numel():  # each member by its own read-out
+                    metrics["coplayer_fit_acc_member"] = self.member_hit.float().mean()
             metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))
             self._push(fresh)
         if self.trains and self.replay_fill:

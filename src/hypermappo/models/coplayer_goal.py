@@ -57,7 +57,7 @@ class GoalPolicy(nn.Module):
     a_prev]), so the observation's product is computed once per learner agent, not once per co-player."""
 
     def __init__(self, obs_dim: int, n_slots: int, n_actions: int, n_goals: int, hidden: int, floor: float,
-                 identity_features: list[int] | None = None, view=None):
+                 identity_features: list[int] | None = None, view=None, n_members: int = 0):
         super().__init__()
         # EnvSpec.coplayer_view or None: co-player j's behaviour is read from j's own position (its view, as far as
         # the observer's observation shows it), so one goal policy serves every seat, the learner's own included
@@ -73,12 +73,23 @@ class GoalPolicy(nn.Module):
         self.target_in = nn.Embedding(n_slots, hidden)
         self.prev_in = nn.Embedding(n_actions + 1, hidden)  # its previous action; index A = none seen yet
         self.body = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_goals * n_actions))
+        # member heads (coplayer.member_heads): per member of the training populations, an offset on every goal's
+        # logits read from the same last hidden layer (that member's own way of pursuing each goal); "read-out" 0
+        # is the member-free one, for partners never met
+        self.n_members = n_members
+        self.member_out = nn.Linear(hidden, n_members * n_goals * n_actions) if n_members else None
+        if self.member_out is not None:  # every member starts as the member-free read-out
+            nn.init.zeros_(self.member_out.weight)
+            nn.init.zeros_(self.member_out.bias)
 
     def _log_probs(self, first: torch.Tensor, features: list | None = None) -> torch.Tensor:
         hidden = self.body[:-1](first)
         if features is not None:  # the last hidden layer, for a caller's own read-out (GoalBelief's online correction)
             features.append(hidden)
         logits = self.body[-1](hidden).unflatten(-1, (self.n_goals, self.n_actions))
+        if self.member_out is not None:  # [..., (1 + M) * G, A]: the member-free read-out, then each member's
+            offsets = self.member_out(hidden).unflatten(-1, (self.n_members, self.n_goals, self.n_actions))
+            logits = torch.cat([logits.unsqueeze(-3), logits.unsqueeze(-3) + offsets], -3).flatten(-3, -2)
         logp = logits.log_softmax(-1)
         if self.floor <= 0:
             return logp
@@ -103,7 +114,8 @@ class GoalPolicy(nn.Module):
     def log_probs(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
                   normed: torch.Tensor | None = None) -> torch.Tensor:
         """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
-        -> log pi [B, G, A]. `normed`: `normed_inputs(obs, target)`, computed earlier (obs is then not read)."""
+        -> log pi [B, G, A] (with member heads: [B, (1 + M) * G, A], the member-free read-out first). `normed`:
+        `normed_inputs(obs, target)`, computed earlier (obs is then not read)."""
         if normed is None:
             normed = self.normed_inputs(obs, target)
         return self._log_probs(self._first_layer(normed, target, prev, normed=True))
@@ -127,7 +139,7 @@ class GoalPolicy(nn.Module):
         e, k, n = obs.shape[0], obs.shape[1], self.n_slots
         seat = coplayer_seats(slots, n)  # [K, N - 1] the co-players' env slots
         logp = self.coplayer_log_probs(obs, prev, slots, adjust)  # [E, K, N - 1, G, A]
-        out = logp.new_full((e, k, n, self.n_goals, self.n_actions), -math.log(self.n_actions))
+        out = logp.new_full((e, k, n, *logp.shape[-2:]), -math.log(self.n_actions))
         return out.scatter(2, seat.view(1, k, n - 1, 1, 1).expand_as(logp), logp)
 
     def coplayer_log_probs(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor,

@@ -140,11 +140,21 @@ def _population_phase(where: str, entry: dict, at_step: int) -> Phase:
     return Phase(at_step, "population", members=phases, sample=sample, draw=draw)
 
 
+def population_members(cfg) -> int:
+    """Members of the run's population groups, in the order of `cfg.groups` (coplayer.member_heads: member m of
+    the i-th population group is read-out 1 + (the members of the population groups before it) + m)."""
+    return sum(len(g.get("members") or []) for g in (cfg.groups or [])
+               if isinstance(g, dict) and g.get("kind") == "population")
+
+
 def _group_config(cfg, where: str, entry: dict):
     """The run's config with this group's learner overrides applied and checked like the run's own."""
     from hypermappo import config as config_mod
 
     gcfg = copy.deepcopy(cfg)
+    # what a learner's co-player model needs of the other groups (coplayer.member_heads: one read-out per member
+    # of the run's populations), kept as the count: the group's config has no groups of its own
+    gcfg.population_members = population_members(cfg)
     gcfg.groups = []
     top = {k: entry[k] for k in ("actor", "algo") if k in entry}
     sections = {k: entry[k] for k in ("model", "critic", "ppo", "hyper", "maddpg") if k in entry}

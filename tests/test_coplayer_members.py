@@ -1,0 +1,152 @@
+"""The Bayesian co-player model's member heads (`coplayer.member_heads`): one read-out of the goal policies per
+member of the training populations, and the belief over (read-out, goal) hypotheses that marginalises to goals."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+import torch
+from test_coplayer_bayes import BAYES, _cfg
+from test_resume import assert_same, metrics_without_timing
+
+from hypermappo.algos.coplayer_bayes import GoalBelief
+from hypermappo.errors import UserError
+from hypermappo.experiment import Experiment
+from hypermappo.models.coplayer_goal import GoalPolicy
+
+# two hare hunters that walk to the same hare by other moves (rows first, columns first): one goal, two ways
+TWO_WAYS = ("groups=[{name: me, agents: [0]}, {name: other, agents: [1], kind: population, sample: episode, "
+            "members: [{policy: staghunt_hare, params: {path: rows}}, {policy: staghunt_hare, params: {path: cols}}]}]")
+
+
+class PlantedMembers:
+    """A goal model with member heads whose log pi [E, K, N - 1, (1 + M) * G, A] is set by the test."""
+
+    def __init__(self, log_pi: torch.Tensor, n_goals: int, n_members: int, n_slots: int):
+        self.log_pi, self.n_goals, self.n_members, self.n_slots = log_pi, n_goals, n_members, n_slots
+        self.n_actions = log_pi.shape[-1]
+
+    def coplayer_log_probs(self, obs, prev, slots):
+        return self.log_pi
+
+
+def test_the_belief_over_read_outs_and_goals_equals_a_hand_computed_bayes_update_and_sums_to_goals():
+    """G = 3 goals (2 named + other), M = 1 member: hypotheses (free, g0), (free, g1), (member, g0), (member, g1),
+    other. The fresh prior spreads each goal's 1/3 evenly over the read-outs; the model's own "other" rows are never
+    hypotheses; the goal posterior sums a goal's read-outs."""
+    rows = torch.tensor([[0.6, 0.4], [0.3, 0.7], [0.5, 0.5],  # free: g0, g1, its "other" (not a hypothesis)
+                         [0.9, 0.1], [0.1, 0.9], [0.5, 0.5]])  # member 1: g0, g1, "other"
+    log_pi = rows.log().view(1, 1, 1, 6, 2)  # E = 1, K = 1, one co-player
+    b = GoalBelief(PlantedMembers(log_pi, 3, 1, 2), torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True)
+    b.start(1, "cpu")
+    assert b.H == 5
+    want = [1 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 3]
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6)
+    counts = [0, 0]
+    for a in (0, 0, 1):
+        habit = [(c + 1) / (sum(counts) + 2) for c in counts]
+        like = [0.6, 0.3, 0.9, 0.1, habit[0]] if a == 0 else [0.4, 0.7, 0.1, 0.9, habit[1]]
+        feats, log_pred = b.begin(torch.zeros(1, 1, 4))
+        p0 = sum(w * p for w, p in zip(want, [0.6, 0.3, 0.9, 0.1, habit[0]]))
+        assert math.isclose(float(log_pred[0, 0, 1, 0].exp()), p0, rel_tol=1e-6)
+        goals = [want[0] + want[2], want[1] + want[3], want[4]]
+        assert feats[0, 0, 3:6].tolist() == pytest.approx(goals, abs=1e-6), "the policy reads the goal posterior"
+        b.observe(torch.tensor([[0, a]]), torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+        counts[a] += 1
+        post = [w * p for w, p in zip(want, like)]
+        want = [p / sum(post) for p in post]
+        assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6)
+        goals = [want[0] + want[2], want[1] + want[3], want[4]]
+        assert b.goal_log_b()[0, 0, 1].exp().tolist() == pytest.approx(goals, abs=1e-6)
+    # a new partner: back to the fresh prior, not a uniform one over hypotheses
+    b.reset(torch.tensor([True]))
+    assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx([1 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 3], abs=1e-6)
+
+
+def test_member_read_outs_start_as_the_member_free_one():
+    torch.manual_seed(0)
+    model = GoalPolicy(6, 2, 5, 3, 16, 0.05, n_members=2)
+    out = model.log_probs(torch.randn(7, 6), torch.ones(7, dtype=torch.long), torch.zeros(7, dtype=torch.long))
+    assert out.shape == (7, 9, 5)
+    assert torch.equal(out[:, 3:6], out[:, :3]) and torch.equal(out[:, 6:9], out[:, :3])
+
+
+def test_member_heads_learn_each_members_own_way_and_the_belief_names_the_member(tmp_path):
+    """Two members pursue the same goal by opposite moves (member 1 moves up where a feature is positive, down
+    otherwise; member 2 the other way round). Trained by the model's own update on such samples, each member's
+    read-out predicts its member's moves while the member-free read-out, which sees both, cannot; and the belief,
+    shown member 2's moves, puts its mass on member 2's read-out and predicts its next moves."""
+    mine = ("coplayer.hidden=", "coplayer.steps=", "coplayer.replay_size=")
+    exp = Experiment(_cfg([*(o for o in BAYES if not o.startswith(mine)), TWO_WAYS, "coplayer.member_heads=true",
+                           "coplayer.view=own", "coplayer.hidden=32", "coplayer.steps=50", "coplayer.lr=0.01",
+                           "coplayer.replay_size=4096"],
+                          steps=40), tmp_path / "run", quiet=True)
+    exp.run()
+    cp = exp.groups[0].learner.coplayer
+    feature = next(i for i in range(cp.D) if i not in set(exp.env.spec.identity_features or []))
+    gen = torch.Generator().manual_seed(0)
+
+    def samples(n: int, member: int) -> dict:
+        obs = torch.randn(n, cp.D, generator=gen)
+        up = obs[:, feature] > 0
+        action = torch.where(up == (member == 1), 1, 2)
+        return {"obs": obs, "target": torch.ones(n, dtype=torch.long), "prev": torch.randint(cp.A + 1, (n,), generator=gen),
+                "action": action, "goal": torch.zeros(n, dtype=torch.long), "known": torch.ones(n, dtype=torch.bool),
+                "member": torch.full((n,), member)}
+
+    for member in (1, 2):
+        cp._push(samples(2048, member))
+    cp.active_all.zero_()  # the rollout adds no pairs: the update trains on the planted samples only
+    for _ in range(6):
+        cp.update()
+    test = {k: torch.cat([a, b]) for (k, a), b in zip(samples(200, 1).items(), samples(200, 2).values())}
+    with torch.no_grad():
+        free_hit = cp._loss(test)[1].float().mean().item()
+    member_hit = cp.member_hit.float().mean().item()
+    assert member_hit > 0.9 and free_hit < 0.65, (member_hit, free_hit)
+
+    # the belief of learner slot 0 about slot 1, shown member 2's moves for 6 steps
+    b = GoalBelief(cp.model, torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True)
+    b.start(64, "cpu")
+    obs = torch.zeros(64, 1, cp.D)
+    hits = []
+    with torch.no_grad():
+        for _ in range(8):
+            x = torch.randn(64, cp.D, generator=gen)
+            obs[:, 0] = x
+            _, log_pred = b.begin(obs)
+            move = torch.where(x[:, feature] > 0, 2, 1)  # member 2
+            hits.append((log_pred[:, 0, 1].argmax(-1) == move).float().mean().item())
+            b.observe(torch.stack([torch.zeros(64, dtype=torch.long), move], 1), torch.ones(64, 2, dtype=torch.bool),
+                      torch.zeros(64, dtype=torch.bool))
+    mass = b.log_b[:, 0, 1].exp()[:, :-1].unflatten(-1, (3, cp.G - 1)).sum(-1).mean(0)  # per read-out
+    assert mass[2] > 0.9, mass
+    assert sum(hits[-3:]) / 3 > 0.9 and hits[-1] > hits[0], hits
+
+
+def test_member_heads_resume_exactly(tmp_path):
+    extra = [*BAYES, TWO_WAYS, "coplayer.member_heads=true", "checkpoint_interval=2"]
+    cfg = _cfg(extra, steps=160)
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    exp = Experiment(cfg, full, quiet=True)
+    exp.run()
+    member = exp.groups[0].learner.coplayer.member  # [T, E, N]: the population's members are read-outs 1 and 2
+    assert (member[:, :, 0] == 0).all(), "the learner's own slot is no member"
+    assert ((member[:, :, 1] >= 1) & (member[:, :, 1] <= 2)).all() and member[-1, :, 1].tolist() == \
+        (exp.groups[1].partner_id + 1).tolist()
+    shutil.copytree(full, resumed)
+    (resumed / "checkpoints" / "ckpt_0000004.pt").unlink()
+    (resumed / "summary.json").unlink()
+    Experiment(cfg, resumed, resume=True, quiet=True).run()
+    assert metrics_without_timing(resumed) == metrics_without_timing(full)
+    got = torch.load(resumed / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    want = torch.load(full / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
+    assert "member" in want["groups"]["me"]["learner"]["coplayer"]["replay"]
+    assert_same(got["groups"], want["groups"], "groups")
+
+
+def test_member_heads_without_a_population_is_a_one_line_error(tmp_path):
+    with pytest.raises(UserError, match=r"coplayer.member_heads=true: the run has no population group"):
+        Experiment(_cfg([*BAYES, "coplayer.member_heads=true"]), tmp_path / "run", quiet=True)
