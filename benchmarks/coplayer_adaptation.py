@@ -457,8 +457,30 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
     return rows or None
 
 
+def paired_lines(per: dict) -> list[str]:
+    """Each variant minus `bayes` on the same seed and held-out partner (the same trained partners and draws):
+    held-out action accuracy, and the in-distribution accuracy against the frozen learner, with bootstrap CIs."""
+    if "bayes" not in per:
+        return []
+    base = {(r["seed"], r["held_out"]): r for r in per["bayes"]}
+    lines = []
+    for v, rows in per.items():
+        if v == "bayes":
+            continue
+        for key, what in (("action_acc", "held-out action accuracy"),
+                          ("seen_learned_acc", "in-distribution accuracy against the frozen learner")):
+            d = np.array([r[key] - base[(r["seed"], r["held_out"])][key] for r in rows
+                          if (r["seed"], r["held_out"]) in base and key in r
+                          and key in base[(r["seed"], r["held_out"])]], dtype=float)
+            if d.size > 1:
+                lo, hi = _bootstrap_ci(d)
+                lines.append(f"- {v} minus bayes, {what}: {d.mean():+.3f} (95% bootstrap CI {lo:+.3f} to {hi:+.3f}, "
+                             f"{d.size} seed x fold pairs)")
+    return lines
+
+
 def inference_report(args, seeds: list[int]) -> None:
-    models = [v for v in ("bayes", "bayes-own-view", "gru") if v in VARIANTS]
+    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "gru") if v in VARIANTS]
     lines, out_json = [], {}
     for game in args.games:
         per = {v: inference_rows(game, v, args, seeds) for v in models}
@@ -521,6 +543,7 @@ def inference_report(args, seeds: list[int]) -> None:
                 lo, hi = _bootstrap_ci(d_mem)
                 lines.append(f"  - first {EARLY} steps of episodes 2..K, memory on minus off: {d_mem.mean():+.3f} "
                              f"(95% CI {lo:+.3f} to {hi:+.3f})")
+        lines += paired_lines(per)
         lines.append("")
     if not lines:
         return
