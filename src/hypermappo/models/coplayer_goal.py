@@ -26,6 +26,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from hypermappo.kernels import window_view
+
 
 def bayes_update(log_belief: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
     """log b [..., G] + log pi(observed action | g) [..., G] -> the normalised log posterior [..., G]."""
@@ -61,7 +63,8 @@ class GoalPolicy(nn.Module):
         super().__init__()
         # EnvSpec.coplayer_view or None: co-player j's behaviour is read from j's own position (its view, as far as
         # the observer's observation shows it), so one goal policy serves every seat, the learner's own included
-        self.view = view
+        # (through a C kernel where the library has one for the env's view: kernels/window_view.py)
+        self.view = window_view.fast(view) if view is not None else None
         keep = torch.ones(obs_dim)
         keep[list(identity_features or [])] = 0.0  # who is observing: not an input (see EnvSpec.identity_features)
         self.register_buffer("keep", keep, persistent=False)
