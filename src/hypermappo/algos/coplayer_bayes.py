@@ -417,25 +417,26 @@ class BayesCoplayer:
         self.replay_fill = min(cap, self.replay_fill + n)
 
     def _loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B]) (`normed`: the
-        batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free read-out's
-        cross-entropy plus, for a sample a population member played, that member's read-out's (the hit: the
-        member-free read-out's, the fit to a partner never met)."""
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B], member hits)
+        (`normed`: the batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free
+        read-out's cross-entropy plus, for a sample a population member played, that member's read-out's (the hit:
+        the member-free read-out's, the fit to a partner never met; member hits: each member's samples scored by
+        its own read-out, None without member heads)."""
         obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
         log_pi = self.model.log_probs(obs, batch["target"], batch["prev"], normed)  # [B, G, A] ([B, (1+M) G, A])
         log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
         hit = log_pi_g.argmax(-1) == batch["action"]
-        self.member_hit = None
+        member_hit = None
         if self.M:
             member = batch["member"]
             row = (member * self.G + batch["goal"]).view(-1, 1, 1).expand(-1, 1, self.A)
             own_pi = log_pi.gather(1, row).squeeze(1)  # [B, A] the member's read-out (member 0: the member-free)
             own = -own_pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
             nll = nll + torch.where(member > 0, own, 0.0)
-            self.member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
-        return nll, hit
+            member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
+        return nll, hit, member_hit
 
     def _online_metrics(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
         """The belief's predictions made during the rollout, scored against what the co-players did."""
@@ -477,10 +478,10 @@ class BayesCoplayer:
             n = fresh["target"].numel()
             if n:  # on every k-th pair, at most FIT_SAMPLES spread over the rollout: a metric, not worth a full pass
                 every = -(-n // FIT_SAMPLES)
-                nll, hit = self._loss({k: v[::every] for k, v in fresh.items()})
+                nll, hit, member_hit = self._loss({k: v[::every] for k, v in fresh.items()})
                 metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
-                if self.member_hit is not None and self.member_hit.numel():  # each member by its own read-out
-                    metrics["coplayer_fit_acc_member"] = self.member_hit.float().mean()
+                if member_hit is not None and member_hit.numel():  # each member by its own read-out
+                    metrics["coplayer_fit_acc_member"] = member_hit.float().mean()
             metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))
             self._push(fresh)
         if self.trains and self.replay_fill:
@@ -493,7 +494,7 @@ class BayesCoplayer:
             checks = []
             for step in range(c.steps):
                 batch = {k: v[step] for k, v in batches.items()}
-                nll, _ = self._loss(batch, normed[step])
+                nll, _, _ = self._loss(batch, normed[step])
                 # a goal known from the partner's own rule counts fully, a hindsight guess hindsight_weight
                 w = torch.where(batch["known"], 1.0, c.hindsight_weight)
                 loss = c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
