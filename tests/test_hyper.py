@@ -373,11 +373,11 @@ def test_attention_vector_switch_selects_the_scalar_build(monkeypatch):
 def test_attention_kernel_falls_back_or_fails_clearly_without_a_compiler(monkeypatch, tmp_path):
     """auto -> the dense path with the reason recorded; fused -> a one-line config error; never a traceback."""
     from hypermappo.errors import UserError
-    from hypermappo.models import agent_attention
+    from hypermappo.kernels import c_kernel
 
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("HYPERMAPPO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(agent_attention, "_LIBRARIES", {})
+    monkeypatch.setattr(c_kernel, "_LOADED", {})  # loaded earlier in this process: built again, without a compiler
     att = AgentAttention(2, 6, 3, "auto")
     assert not att.fused and att.implementation.startswith("dense (fused kernel unavailable: cannot run")
     x = torch.randn(4, 2, 6)

@@ -182,5 +182,5 @@ def test_switch_and_status(monkeypatch):
     monkeypatch.delenv("HYPERMAPPO_WEIGHT_GRAD")
     configure()
     assert weight_grad.PASS in torch._inductor.config.post_grad_custom_post_pass.passes
-    monkeypatch.setattr(weight_grad, "_LIBRARY", ["no C compiler found (set CC)"])
+    monkeypatch.setattr(weight_grad, "library", lambda: "no C compiler found (set CC)")
     assert not weight_grad.enabled() and weight_grad.status() == "off (no C compiler found (set CC))"

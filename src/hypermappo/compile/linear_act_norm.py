@@ -46,19 +46,13 @@ _SOURCE = Path(__file__).parent.parent / "kernels" / "linear_act_norm.c"
 WIDTH = 64  # the kernel's block width (4 AVX-512 vectors)
 RELU = act_norm.ACTS["relu"]
 aten = torch.ops.aten
-_LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
 _VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 calls = Counter()  # kernel calls in this process, "forward" / "backward" (a graph from the cache runs the pass no more)
 
 
 def library() -> ctypes.CDLL | str:
-    if not _LIBRARY:
-        lib = c_kernel.build(_SOURCE, "linear_act_norm", ["-march=native", "-Wno-psabi"])  # psabi: the non-AVX-512 build
-        if not isinstance(lib, str):
-            lib.linear_act_norm_forward.restype = None
-            lib.linear_act_norm_backward.restype = None
-        _LIBRARY.append(lib)
-    return _LIBRARY[0]
+    return c_kernel.load(_SOURCE, "linear_act_norm", ["-march=native", "-Wno-psabi"],  # psabi: the non-AVX-512 build
+                         {"linear_act_norm_forward": None, "linear_act_norm_backward": None})
 
 
 def enabled() -> bool:

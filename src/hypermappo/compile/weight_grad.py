@@ -41,16 +41,9 @@ MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffe
 # rows and did not reliably win at 76,800 (benchmarks/kernels/weight_grad.py)
 MIN_WIDTH = 32
 aten = torch.ops.aten
-_LIBRARY: list = []  # [library or the reason it cannot be built], built on first use
-
 
 def library() -> ctypes.CDLL | str:
-    if not _LIBRARY:
-        lib = c_kernel.build(_SOURCE, "weight_grad", ["-march=native"])
-        if not isinstance(lib, str):
-            lib.weight_grad.restype = None
-        _LIBRARY.append(lib)
-    return _LIBRARY[0]
+    return c_kernel.load(_SOURCE, "weight_grad", ["-march=native"], {"weight_grad": None})
 
 
 def status() -> str:

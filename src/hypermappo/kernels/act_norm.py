@@ -32,23 +32,18 @@ from hypermappo.kernels import c_kernel
 _SOURCE = Path(__file__).with_suffix(".c")
 MIN_ROWS = 16_384  # benchmarks/kernels/act_norm.py: from about here on the kernel beats the composition, dispatch included
 ACTS = {"relu": 0, "tanh": 1}
-_LIBRARY: dict[str, ctypes.CDLL | str] = {}  # "f32" / "f64" -> library or why not
 calls = Counter()  # kernel calls in this process, "forward" / "backward" (tests see where it ran, e.g. in a graph)
 
 
 def library(suffix: str) -> ctypes.CDLL | str:
-    if suffix not in _LIBRARY:
-        real = "float" if suffix == "f32" else "double"
-        # -fno-trapping-math: without it gcc will not turn the ReLU's `z > 0 ? v : 0` into a vector select where
-        # it has no AVX-512 masks, and the backward's row loop stayed scalar: 51 -> ~8 ms at 76,800 x 64 on one AMD
-        # EPYC (AVX2) thread (act_norm.c's BLOCK comment); the values are the same, only FP exception flags differ
-        lib = c_kernel.build(_SOURCE, f"act_norm_{suffix}", ["-march=native", "-fno-trapping-math", f"-DREAL={real}",
-                                                             f"-DSUFFIX={suffix}"])
-        if not isinstance(lib, str):
-            getattr(lib, f"act_norm_forward_{suffix}").restype = None
-            getattr(lib, f"act_norm_backward_{suffix}").restype = None
-        _LIBRARY[suffix] = lib
-    return _LIBRARY[suffix]
+    """The kernel for float32 ("f32") or float64 ("f64"), or why it cannot be built."""
+    real = "float" if suffix == "f32" else "double"
+    # -fno-trapping-math: without it gcc will not turn the ReLU's `z > 0 ? v : 0` into a vector select where it has
+    # no AVX-512 masks, and the backward's row loop stayed scalar: 51 -> ~8 ms at 76,800 x 64 on one AMD EPYC (AVX2)
+    # thread (act_norm.c's BLOCK comment); the values are the same, only FP exception flags differ
+    return c_kernel.load(_SOURCE, f"act_norm_{suffix}",
+                         ["-march=native", "-fno-trapping-math", f"-DREAL={real}", f"-DSUFFIX={suffix}"],
+                         {f"act_norm_forward_{suffix}": None, f"act_norm_backward_{suffix}": None})
 
 
 def _suffix(t: torch.Tensor) -> str:

@@ -72,6 +72,22 @@ def build(source: Path, stem: str, flags: list[str]) -> ctypes.CDLL | str:
     return f"{compiler} failed: {reason}"
 
 
+_LOADED: dict[tuple, ctypes.CDLL | str] = {}  # (source, stem, flags) -> the loaded library or why not, per process
+
+
+def load(source: Path, stem: str, flags: list[str], restypes: dict[str, type | None]) -> ctypes.CDLL | str:
+    """`build`, once per process for these arguments, with its functions' return types set (`restypes`: name ->
+    ctypes type, None for void): every kernel module's loader, so each says only its source, flags and functions."""
+    key = (str(source), stem, tuple(flags))
+    if key not in _LOADED:
+        lib = build(source, stem, flags)
+        if not isinstance(lib, str):
+            for name, restype in restypes.items():
+                getattr(lib, name).restype = restype
+        _LOADED[key] = lib
+    return _LOADED[key]
+
+
 def ptr(t, offset: int = 0) -> ctypes.c_void_p:
     """t's data, or `offset` elements on (one group's part of a grouped operand)."""
     return ctypes.c_void_p(t.data_ptr() + offset * t.element_size())

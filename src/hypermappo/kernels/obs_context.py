@@ -27,7 +27,6 @@ from hypermappo.compile import switch
 from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-_LIBRARIES: dict[tuple[int, ...], ctypes.CDLL | str] = {}
 
 
 def enabled() -> bool:
@@ -52,19 +51,14 @@ def library(agents: int, obs_dim: int, width: int, heads: int, hidden: int, laye
     key = (agents, obs_dim, width, heads, hidden, layers)
     if scratch_bytes(*key) > _MAX_SCRATCH_BYTES:
         return f"sizes {key} need {scratch_bytes(*key):,} bytes of per-thread scratch, over {_MAX_SCRATCH_BYTES:,}"
-    if key not in _LIBRARIES:
-        lib = c_kernel.build(_SOURCE, "obs_context_" + "x".join(map(str, key)),
-                             [f"-D{name}={v}" for name, v in zip(("NA", "DO", "EE", "HH", "ZZ", "LL"), key)]
-                             # GCC 12 at -O3 peels the constant-count loops completely and then vectorises them
-                             # badly (3.5x slower here): the inner loops stay loops
-                             + ["-march=native", "-Wno-psabi", "--param", "max-completely-peel-times=1"])
-        if not isinstance(lib, str):
-            lib.obs_context_params.restype = ctypes.c_long
-            for suffix in ("f32", "f64"):
-                getattr(lib, f"obs_context_forward_{suffix}").restype = None
-                getattr(lib, f"obs_context_backward_{suffix}").restype = ctypes.c_int
-        _LIBRARIES[key] = lib
-    return _LIBRARIES[key]
+    return c_kernel.load(_SOURCE, "obs_context_" + "x".join(map(str, key)),
+                         [f"-D{name}={v}" for name, v in zip(("NA", "DO", "EE", "HH", "ZZ", "LL"), key)]
+                         # GCC 12 at -O3 peels the constant-count loops completely and then vectorises them badly
+                         # (3.5x slower here): the inner loops stay loops
+                         + ["-march=native", "-Wno-psabi", "--param", "max-completely-peel-times=1"],
+                         {"obs_context_params": ctypes.c_long,
+                          **{f"obs_context_forward_{s}": None for s in ("f32", "f64")},
+                          **{f"obs_context_backward_{s}": ctypes.c_int for s in ("f32", "f64")}})
 
 
 def _call_library(obs: torch.Tensor, params: torch.Tensor, sizes: list[int]) -> ctypes.CDLL:

@@ -22,18 +22,12 @@ from hypermappo.compile import switch
 from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-_LIBRARY: list[ctypes.CDLL | str] = []
 
 
 def library() -> ctypes.CDLL | str:
     """The built kernel, or why it could not be built."""
-    if not _LIBRARY:
-        lib = c_kernel.build(_SOURCE, "online_correction", ["-march=native"])
-        if not isinstance(lib, str):
-            lib.correction_apply_f32.restype = None
-            lib.correction_update_f32.restype = None
-        _LIBRARY.append(lib)
-    return _LIBRARY[0]
+    return c_kernel.load(_SOURCE, "online_correction", ["-march=native"],
+                         {"correction_apply_f32": None, "correction_update_f32": None})
 
 
 def _kernel(*tensors: torch.Tensor) -> ctypes.CDLL | None:

@@ -26,17 +26,11 @@ from hypermappo.envs import staghunt
 from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).with_suffix(".c")
-_LIBRARY: list[ctypes.CDLL | str] = []
 
 
 def library() -> ctypes.CDLL | str:
     """The built kernel, or why it could not be built."""
-    if not _LIBRARY:
-        lib = c_kernel.build(_SOURCE, "window_view", ["-march=native"])
-        if not isinstance(lib, str):
-            lib.window_view_f32.restype = None
-        _LIBRARY.append(lib)
-    return _LIBRARY[0]
+    return c_kernel.load(_SOURCE, "window_view", ["-march=native"], {"window_view_f32": None})
 
 
 def fast(view):

@@ -40,8 +40,6 @@ from hypermappo.kernels import c_kernel
 
 _SOURCE = Path(__file__).parent.parent / "kernels" / "agent_attention.c"
 _MAX_STACK_BYTES = 1 << 16  # per-sample scratch lives on the stack: larger agent counts use the dense path
-# (agents, width, heads, vector path) -> library or why not
-_LIBRARIES: dict[tuple[int, int, int, bool], ctypes.CDLL | str] = {}
 
 
 def vector_path() -> bool:
@@ -55,21 +53,14 @@ def _build(agents: int, width: int, heads: int, vector: bool) -> ctypes.CDLL | s
     if agents * 3 * width * 8 + 2 * agents * heads * 8 > _MAX_STACK_BYTES:
         return f"{agents} agents x width {width} exceeds the kernel's per-sample scratch"
     # the vector path for this CPU's widest vectors; the scalar one exactly as it was built before (generic x86-64)
-    lib = c_kernel.build(_SOURCE, f"agent_attention_{agents}x{width}x{heads}{'' if vector else '_scalar'}",
+    return c_kernel.load(_SOURCE, f"agent_attention_{agents}x{width}x{heads}{'' if vector else '_scalar'}",
                          [f"-DNA={agents}", f"-DEE={width}", f"-DHH={heads}",
-                          *(["-march=native", "-Wno-psabi"] if vector else ["-DSCALAR_F32"])])
-    if not isinstance(lib, str):
-        for suffix in ("f32", "f64"):
-            getattr(lib, f"attention_forward_{suffix}").restype = None
-            getattr(lib, f"attention_backward_{suffix}").restype = None
-    return lib
+                          *(["-march=native", "-Wno-psabi"] if vector else ["-DSCALAR_F32"])],
+                         {f"attention_{d}_{s}": None for d in ("forward", "backward") for s in ("f32", "f64")})
 
 
 def fused_library(agents: int, width: int, heads: int) -> ctypes.CDLL | str:
-    key = (agents, width, heads, vector_path())
-    if key not in _LIBRARIES:
-        _LIBRARIES[key] = _build(*key)
-    return _LIBRARIES[key]
+    return _build(agents, width, heads, vector_path())
 
 
 _ptr = c_kernel.ptr
