@@ -187,6 +187,16 @@ def compiled_cases(threads: int) -> list[dict]:
              for name in ("mappo", "hyper-id", "hyper-obs-last")]
     cases.append(case("ippo-jaxmarl-compiled", "mpe:simple_spread", 16, threads, [*JAXMARL, *COMPILED],
                       note="as ippo-jaxmarl, ppo.compile=on"))
+    # the goal belief beside compiled MAPPO (a real-length run of either compiles: ppo.compile=auto), each compared
+    # with the compiled MAPPO row of the same observation
+    for c_env, c_e in COPLAYER_AT:
+        cases.append(case("mappo-ego-compiled", c_env, c_e, threads, [*VARIANTS["mappo"], EGOCENTRIC, *COMPILED],
+                          note="egocentric windows, ppo.compile=on"))
+        for name in ("mappo-coplayer", "mappo-coplayer-fed"):
+            overrides, note = COPLAYER[name]
+            cases.append(case(f"{name}-ego-compiled", c_env, c_e, threads,
+                              [*VARIANTS["mappo"], *overrides, EGOCENTRIC, *COMPILED],
+                              note=f"{note}; egocentric windows, ppo.compile=on"))
     return cases
 
 
@@ -482,6 +492,8 @@ def add_relative(rows: list[dict]) -> None:
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     for r in rows:
         base = "mappo-ego" if r["variant"].endswith("-ego") else "mappo"  # the same observation
+        if r["variant"].endswith("-ego-compiled"):  # and the same path (the co-player rows beside compiled MAPPO)
+            base = "mappo-ego-compiled"
         ref = ok.get((base, r["env"], r["num_envs"], r["threads"]))
         if "skipped" in r or not ref:
             continue
@@ -509,8 +521,9 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
                     "passed": r["vs_mappo"] >= 0.8,
                     "shown": f"{fmt(r['e2e_sps'])} env-steps/s = {r['vs_mappo']:.2f}x one group (needs >= 0.8x)"})
     for c_env, c_e in COPLAYER_AT:  # judged on CPU time per env step (wall time on a busy machine is its load's)
-        for name, base in [(n, "mappo") for n in COPLAYER] + [(f"{n}-ego", "mappo-ego") for n in
-                                                               ("mappo-coplayer", "mappo-coplayer-fed")]:
+        for name, base in [(n, "mappo") for n in COPLAYER] + [
+                (f"{n}-ego{c}", f"mappo-ego{c}") for n in ("mappo-coplayer", "mappo-coplayer-fed")
+                for c in ("", "-compiled")]:
             ref = ok.get((base, c_env, c_e, threads))
             r = ok.get((name, c_env, c_e, threads))
             if r and ref:

@@ -86,6 +86,9 @@ EQUAL_TOO = {
     "hyper-id-linear-act-norm-weight-grad": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
                                              "model.hidden_sizes=[64,64]", *ONE],
                                              {"linear-act-norm", "act-norm", "weight-grad"}),
+    # the Bayesian goal belief fed to the policy: it updates and trains eager between the compiled policy steps and
+    # PPO updates, whose actor reads the observation widened by the belief's features
+    "mlp-coplayer-fed": (["actor=mlp", "coplayer.enabled=true", "coplayer.feed=policy", *ONE, *ONE_LAYER], set()),
 }
 
 
@@ -119,12 +122,21 @@ def test_auto_compiles_long_feed_forward_runs_only_and_says_why():
     assert not off and line == "compile: off (auto: a recurrent actor (its GRU steps break the graph))"
     off, line = decide(cfg_of("staghunt/default", ["ppo.compile=off", "total_env_steps=10000000"]), CPU)
     assert not off and line == "compile: off (ppo.compile=off)"
+    # the Bayesian goal belief runs eager beside the compiled policy step and update; the GRU model's loss is part of
+    # the update
+    on, line = decide(cfg_of("staghunt/default", ["coplayer.enabled=true", f"total_env_steps={AUTO_MIN_ENV_STEPS}"]),
+                      CPU)
+    assert on == (cxx_compiler() is not None) and line.startswith("compile: on (auto: 1,000,000 env steps")
+    off, line = decide(cfg_of("staghunt/default", ["coplayer.enabled=true", "coplayer.model=gru",
+                                                   f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
+    assert not off and line.startswith("compile: off (auto: the co-player model (gru")
 
 
 @pytest.mark.parametrize("overrides, reason", [
     (["actor=rnn"], "a recurrent actor"),
     (["actor=hyper", "hyper.context=[obs]", "hyper.output=accumulate", "ppo.data_chunk_length=5"],
      "hyper.output=accumulate"),
+    (["coplayer.enabled=true", "coplayer.model=gru"], r"the co-player model \(gru: its loss is part of the policy's"),
 ])
 def test_compile_on_that_cannot_be_honoured_is_a_one_line_error(overrides, reason):
     with pytest.raises(UserError, match=rf"ppo.compile: 'on' cannot be honoured: {reason}.*use ppo.compile=auto"):

@@ -59,9 +59,10 @@ def blocker(cfg, device) -> str | None:
         return "hyper.output=accumulate (a recurrent weight state trained on chunks)"
     if cfg.critic.recurrent == "on":
         return "a recurrent critic (its GRU steps break the graph)"
-    if cfg.coplayer.enabled:
-        return ("the co-player model (its belief updates between the policy's steps break the collection graph)"
-                if cfg.coplayer.model == "bayes" else "the co-player model (a GRU)")
+    if cfg.coplayer.enabled and cfg.coplayer.model != "bayes":
+        # the Bayesian belief updates between the policy's steps, eager, and trains on its own (algos/coplayer_bayes.py):
+        # the policy step and the PPO update compile as MAPPO's (collect_step.py keeps collection in separate calls)
+        return f"the co-player model ({cfg.coplayer.model}: its loss is part of the policy's update)"
     if device.type == "cpu" and cxx_compiler() is None:
         return "no C++ compiler found (Inductor's CPU backend needs one; set CXX)"
     return None
