@@ -17,6 +17,15 @@ BLAME = "tests/test_internal_errors.py"  # issue 40: the library's failures repo
 
 def mutations(M):
     return [
+        M("compile_takes_the_gru_coplayer_model", COMPILED,
+          'if cfg.coplayer.enabled and cfg.coplayer.model != "bayes":', 'if cfg.coplayer.enabled and False:',
+          (f"{T}::test_compile_on_that_cannot_be_honoured_is_a_one_line_error",
+           f"{T}::test_auto_compiles_long_feed_forward_runs_only_and_says_why"),
+          "the GRU co-player model's loss (part of the policy's update) left out of the compiled update's say"),
+        M("compile_refuses_the_goal_belief", COMPILED,
+          'if cfg.coplayer.enabled and cfg.coplayer.model != "bayes":', 'if cfg.coplayer.enabled:',
+          (f"{T}::test_auto_compiles_long_feed_forward_runs_only_and_says_why",),
+          "runs with the goal belief kept eager for good (a real-length co-player run ~1.4x slower)"),
         M("value_norm_0d_statistics", "src/hypermappo/algos/value_norm.py",
           "    SHAPE = (1,)",
           "    SHAPE = ()",
