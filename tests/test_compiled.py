@@ -72,8 +72,11 @@ EQUAL_TOO = {
     # the hidden blocks' LayerNorm(act) C kernel (kernels/act_norm.py) inside the compiled graphs, against the eager
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one), and
     # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows): not with oneDNN forced,
-    # which would take those products first
-    "mlp-tanh-act-norm-weight-grad": (["actor=mlp", "model.activation=tanh", *ONE], {"act-norm", "weight-grad"}),
+    # which would take those products first. With the Bayesian goal belief fed to the policy (one graph set less to
+    # compile than a variant of its own): the belief updates and trains eager between the compiled policy steps and
+    # PPO updates, whose actor reads the observation widened by the belief's features
+    "mlp-tanh-act-norm-weight-grad-belief": (["actor=mlp", "model.activation=tanh", "coplayer.enabled=true",
+                                             "coplayer.feed=policy", *ONE], {"act-norm", "weight-grad"}),
     # Hyper-MAPPO's observation context (the attention and observation-context kernels) in micro-batch row blocks
     # (algos/micro_batch.py: a graph per block and one for clipping + Adam), with the LayerNorm(act) and
     # weight-gradient kernels in the block graph
@@ -86,9 +89,6 @@ EQUAL_TOO = {
     "hyper-id-linear-act-norm-weight-grad": (["actor=hyper", "hyper.context=[agent_id]", "hyper.hidden=16",
                                              "model.hidden_sizes=[64,64]", *ONE],
                                              {"linear-act-norm", "act-norm", "weight-grad"}),
-    # the Bayesian goal belief fed to the policy: it updates and trains eager between the compiled policy steps and
-    # PPO updates, whose actor reads the observation widened by the belief's features
-    "mlp-coplayer-fed": (["actor=mlp", "coplayer.enabled=true", "coplayer.feed=policy", *ONE, *ONE_LAYER], set()),
 }
 
 
@@ -346,7 +346,7 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         # hyper-obs, one hidden layer per network: 5 in the micro-batch block graph, compiled once for its blocks of
         # one size, the context chain's 5 weight gradients taken inside the observation-context kernel, obs_context.c)
         taken = weight_grad.PASS.rewritten - rewritten_wg
-        assert taken == {"mlp-tanh-act-norm-weight-grad": 6, "hyper-id-linear-act-norm-weight-grad": 11,
+        assert taken == {"mlp-tanh-act-norm-weight-grad-belief": 6, "hyper-id-linear-act-norm-weight-grad": 11,
                          "hyper-obs-micro-act-norm-weight-grad": 5}[actor], taken
     if "bias-epilogue" in forced:
         # collection: the 2 hidden products (into Tanh; one hidden layer per network); in each of the update's

@@ -8,7 +8,7 @@ HYPER = "src/hypermappo/models/hyper.py"
 T = "tests/test_act_norm.py"
 MATHS = f"{T}::test_kernel_matches_the_composition_and_its_gradients"
 F32 = f"{T}::test_float32_kernel_is_repeatable_and_close_to_aten"
-COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-act-norm-weight-grad]"
+COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-act-norm-weight-grad-belief]"
 
 
 def mutations(M):

@@ -6,7 +6,7 @@ PY = "src/hypermappo/compile/weight_grad.py"
 T = "tests/test_weight_grad.py"
 MATHS = f"{T}::test_kernel_is_the_product_to_float_rounding_and_repeatable"
 PASS = f"{T}::test_weight_gradients_over_many_rows_go_to_the_kernel_and_the_values_stay"
-COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-act-norm-weight-grad]"
+COMPILED = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-act-norm-weight-grad-belief]"
 BATCHED = f"{T}::test_batched_products_one_per_group"
 
 
