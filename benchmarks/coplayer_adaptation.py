@@ -75,6 +75,9 @@ VARIANTS = {
     "bayes-own-view": ("actor: mlp", ["coplayer.enabled=true", "coplayer.view=own"]),
     # the belief over (population member, goal): one read-out of the goal policies per training partner
     "bayes-members": ("actor: mlp", ["coplayer.enabled=true", "coplayer.member_heads=true"]),
+    # hindsight-labelled pairs (the learner's own, a frozen learner's) weighed 0.05 instead of 0.25 against a scripted
+    # partner's own goal: do other hunters' ways to a goal blur the goal policies' account of a rule?
+    "bayes-hw05": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hindsight_weight=0.05"]),
     "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),
