@@ -51,6 +51,7 @@ calls = Counter()  # kernel calls in this process, "forward" / "backward" (a gra
 
 
 def library() -> ctypes.CDLL | str:
+    """The built kernel, or why it could not be built."""
     return c_kernel.load(_SOURCE, "linear_act_norm", ["-march=native", "-Wno-psabi"],  # psabi: the non-AVX-512 build
                          {"linear_act_norm_forward": None, "linear_act_norm_backward": None})
 

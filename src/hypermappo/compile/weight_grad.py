@@ -42,7 +42,9 @@ MAX_WIDTH = 64  # both sides of the output at most this (the kernel's tile buffe
 MIN_WIDTH = 32
 aten = torch.ops.aten
 
+
 def library() -> ctypes.CDLL | str:
+    """The built kernel, or why it could not be built."""
     return c_kernel.load(_SOURCE, "weight_grad", ["-march=native"], {"weight_grad": None})
 
 
