@@ -366,7 +366,12 @@ def main() -> None:
                 if not folds or h in folds]
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(lambda job: run_one(*job, args), jobs))
-    report(args, seeds)
+    if args.train_only:  # nothing evaluated: the results files at --out stay as they are
+        return
+    if args.folds:  # the returns table averages over every fold: a subset would overwrite it with an empty one
+        print(f"[skip] the returns report (--folds {args.folds}: it needs every fold); the inference report follows")
+    else:
+        report(args, seeds)
     inference_report(args, seeds)
 
 
