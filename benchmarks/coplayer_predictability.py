@@ -113,24 +113,19 @@ def _fit(x: torch.Tensor, base: torch.Tensor, moves: torch.Tensor, weight_decay:
     return W.detach()
 
 
-def correction_bound(learner_run: Path, partner_run: Path, num_envs: int, episodes: int, seed: int,
-                     weight_decay: float = 0.01) -> dict[str, float]:
-    """The online correction's accuracy on episodes K/2+1..K against the frozen partner, and that of the same
-    regression fitted offline to each env's episodes 1..K/2 ("per env") or to all envs' ("pooled")."""
-    from hypermappo.adaptation import HeldOutMatch, parse_partner
+def recorded_play(match, partner: str, episodes: int, seed: int, before, after) -> list[tuple]:
+    """`match.play` against `partner` (memory on) with its first co-player learner's every step recorded: per step
+    before() (taken before the learner acts), after() (once the belief has predicted), then the partner's move."""
+    from hypermappo.adaptation import parse_partner
 
-    match = HeldOutMatch(learner_run, None, num_envs, torch.device("cpu"))
-    side = match.coplayer[0]
-    if side.belief is None and side.other_goal is None:
-        raise SystemExit(f"{learner_run}: not a run with the Bayesian goal belief")
-    slot = int(match.partner_slots[0])
-    steps: list[tuple] = []  # per step: (hidden [E, H], log-predicted [E, A], episode index [E]), then the move
+    side, slot = match.coplayer[0], int(match.partner_slots[0])
+    steps: list[tuple] = []
     act, observe = side.act, side.observe
 
     def recording_act(s, memory, deterministic):
+        ahead = before()
         out = act(s, memory, deterministic)
-        steps.append((side.belief.h[:, 0, 0].clone(), side.log_pred[:, 0, slot].clone(),
-                      side.belief.episode_index.clone()))
+        steps.append((*ahead, *after()))
         return out
 
     def recording_observe(s, actions, active_before):
@@ -138,7 +133,24 @@ def correction_bound(learner_run: Path, partner_run: Path, num_envs: int, episod
         observe(s, actions, active_before)
 
     side.act, side.observe = recording_act, recording_observe
-    match.play(parse_partner(f"{partner_run}#b"), episodes, True, seed)
+    match.play(parse_partner(partner), episodes, True, seed)
+    return steps
+
+
+def correction_bound(learner_run: Path, partner_run: Path, num_envs: int, episodes: int, seed: int,
+                     weight_decay: float = 0.01) -> dict[str, float]:
+    """The online correction's accuracy on episodes K/2+1..K against the frozen partner, and that of the same
+    regression fitted offline to each env's episodes 1..K/2 ("per env") or to all envs' ("pooled")."""
+    from hypermappo.adaptation import HeldOutMatch
+
+    match = HeldOutMatch(learner_run, None, num_envs, torch.device("cpu"))
+    side = match.coplayer[0]
+    if side.belief is None and side.other_goal is None:
+        raise SystemExit(f"{learner_run}: not a run with the Bayesian goal belief")
+    slot = int(match.partner_slots[0])
+    # per step: hidden [E, H], log-predicted [E, A], episode index [E], the move [E]
+    steps = recorded_play(match, f"{partner_run}#b", episodes, seed, lambda: (), lambda: (
+        side.belief.h[:, 0, 0].clone(), side.log_pred[:, 0, slot].clone(), side.belief.episode_index.clone()))
     h, base, episode, moves = (torch.stack(x, 1) for x in zip(*steps))  # [E, T, ...]
     x = torch.cat([h, torch.ones(*h.shape[:2], 1)], -1)
     first, last = episode < episodes // 2, (episode >= episodes // 2) & (episode < episodes)
@@ -163,26 +175,17 @@ def correction_bound(learner_run: Path, partner_run: Path, num_envs: int, episod
 def hare_ties(learner_run: Path, num_envs: int, episodes: int, seed: int) -> dict[str, float]:
     """The belief's accuracy against a held-out scripted hare hunter on moves with a tie for the nearest hare (the
     rule's choice rests on the hares' order in the env's state) and on the others; each kind's share of moves."""
-    from hypermappo.adaptation import HeldOutMatch, parse_partner
+    from hypermappo.adaptation import HeldOutMatch
 
     match = HeldOutMatch(learner_run, None, num_envs, torch.device("cpu"))
     side, env, slot = match.coplayer[0], match.env, int(match.partner_slots[0])
     hares = slice(env.n_stags, env.n_prey)  # the env's prey: stags first, then hares
-    steps: list[list] = []
-    act, observe = side.act, side.observe
-
-    def recording_act(s, memory, deterministic):
-        where = [env.hunters[:, slot].clone(), env.prey[:, hares].clone(), env.prey_alive[:, hares].clone()]
-        out = act(s, memory, deterministic)
-        steps.append([*where, side.log_pred[:, 0, slot].argmax(-1)])
-        return out
-
-    def recording_observe(s, actions, active_before):
-        steps[-1].append(actions[:, slot].clone())
-        observe(s, actions, active_before)
-
-    side.act, side.observe = recording_act, recording_observe
-    match.play(parse_partner("scripted:staghunt_hare"), episodes, True, seed)
+    # per step: positions before the move (the partner's, the hares' and which are alive), the belief's prediction,
+    # the move
+    steps = recorded_play(match, "scripted:staghunt_hare", episodes, seed,
+                          lambda: (env.hunters[:, slot].clone(), env.prey[:, hares].clone(),
+                                   env.prey_alive[:, hares].clone()),
+                          lambda: (side.log_pred[:, 0, slot].argmax(-1),))
     me, prey, alive, pred, move = (torch.stack(x) for x in zip(*steps))  # [T, E, ...]
     dist = (prey - me.unsqueeze(2)).abs().sum(-1).float().masked_fill(~alive, float("inf"))  # [T, E, H]
     nearest = (dist == dist.min(-1, keepdim=True).values) & alive
