@@ -73,10 +73,14 @@ EQUAL_TOO = {
     # run's ATen composition (the kernel from any row count in the compiled run, from none in the eager one), and
     # every weight gradient through the C kernel (weight_grad.py; by default from 8,192 rows): not with oneDNN forced,
     # which would take those products first. With the Bayesian goal belief fed to the policy (one graph set less to
-    # compile than a variant of its own): the belief updates and trains eager between the compiled policy steps and
-    # PPO updates, whose actor reads the observation widened by the belief's features
+    # compile than a variant of its own): the belief's predictions, its Bayes update and the goal model's Adam steps
+    # as graphs of their own (coplayer_step.py; full mini-batches of 8 from the first update on, the audit's update
+    # eager) between the compiled policy steps and PPO updates, whose actor reads the observation widened by the
+    # belief's features; gradients clipped at 0.1, so that every step's clipping scales them
     "mlp-tanh-act-norm-weight-grad-belief": (["actor=mlp", "model.activation=tanh", "coplayer.enabled=true",
-                                             "coplayer.feed=policy", *ONE], {"act-norm", "weight-grad"}),
+                                             "coplayer.feed=policy", "coplayer.batch_size=8", "coplayer.steps=2",
+                                             "ppo.max_grad_norm=0.1", *ONE],
+                                             {"act-norm", "weight-grad"}),
     # Hyper-MAPPO's observation context (the attention and observation-context kernels) in micro-batch row blocks
     # (algos/micro_batch.py: a graph per block and one for clipping + Adam), with the LayerNorm(act) and
     # weight-gradient kernels in the block graph
@@ -314,13 +318,18 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         summary = exp.run()
         graphs[mode] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
         kernel_calls[mode] = {k: v - before_calls.get(k, 0) for k, v in act_norm.calls.items()}
+        if actor.endswith("belief"):  # the goal model's Adam steps: one graph each but in the audit's update (eager)
+            fused = exp.primary.coplayer.fused
+            assert (fused.steps_run if fused else 0) == {"off": 0, "on": 3 * 2}[mode]
         runs[mode] = (rows(tmp_path / mode), summary,
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
     (eager_rows, eager_summary, eager_ckpt), (comp_rows, comp_summary, comp_ckpt) = runs["off"], runs["on"]
     assert len(eager_rows) == len(comp_rows) == 4
     # compiled: the policy step and the whole mini-batch step (loss, gradients, clipping, Adam), also with the
-    # fused attention kernel; with micro-batch blocks or uneven mini-batches one more graph; eager: none
-    assert graphs == {"off": 0, "on": {"hyper-obs-micro-act-norm-weight-grad": 3, "mlp": 3}.get(actor, 2)}, graphs
+    # fused attention kernel; with micro-batch blocks or uneven mini-batches one more graph; with the goal belief
+    # three more (its predictions, its Bayes update, the goal model's Adam step); eager: none
+    assert graphs == {"off": 0, "on": {"hyper-obs-micro-act-norm-weight-grad": 3, "mlp": 3,
+                                       "mlp-tanh-act-norm-weight-grad-belief": 5}.get(actor, 2)}, graphs
     for e, c in zip(eager_rows, comp_rows):
         assert e.keys() == c.keys()
         for k in e:
@@ -407,6 +416,9 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
         chunks = exp.collect_graph.chunks_run if exp.collect_graph is not None else 0
         buf = exp.primary.buffer
         rows_of_buffer = {k: v.clone() for k, v in vars(buf).items() if isinstance(v, torch.Tensor)}
+        if actor.endswith("belief"):  # the goal model's Adam steps: one graph each but in the audit's update (eager)
+            fused = exp.primary.coplayer.fused
+            assert (fused.steps_run if fused else 0) == {"off": 0, "on": 3 * 2}[mode]
         runs[mode] = (rows(tmp_path / mode), summary, rows_of_buffer, graphs, chunks,
                       torch.load(tmp_path / mode / "checkpoints" / "ckpt_0000004.pt", weights_only=False))
     (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \

@@ -125,6 +125,9 @@ class GoalBelief:
         self.seat = coplayer_seats(slots, n_slots)  # [K, N - 1]
         self.seat_k = torch.arange(slots.numel(), device=slots.device).unsqueeze(-1)  # [K, 1]: indexes [.., K, N - 1]
         self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
+        self.goal_probs = None
+        # a compiled learner's belief (BayesCoplayer.compile): `predict_from_views` and `_observed` as graphs
+        self.graph = self.observe_graph = None
 
     def start(self, E: int, device) -> None:
         """Fresh start: uniform prior and belief, no previous actions, first episode."""
@@ -151,29 +154,50 @@ class GoalBelief:
 
     def begin(self, obs: torch.Tensor, features: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
         """obs [E, K, D] (own) -> (policy features [E, K, N * (G + A)], None unless `features`; log predicted
-        action [E, K, N, A])."""
+        action [E, K, N, A]). Also kept: the goal posterior `goal_probs` [E, K, N, G] the predictions used."""
         prev = self.prev if self.observe_actions else torch.full_like(self.prev, self.A)
         # the co-players only ([E, K, N - 1, ...], `coplayer_seats` order): a learner's own slot is never predicted
-        if self.W is None:
-            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots)  # [E, K, N - 1, G, A]
-        else:
-            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, self._correct)
         counts = self.counts[:, self.seat_k, self.seat]  # [E, K, N - 1, A]
+        if self.graph is None:
+            self.h = self.raw = None
+            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, *(() if self.W is None else (self._correct,)))
+            out = self._predict(log_pi, self.raw, counts, self.log_b, features)
+        else:  # a compiled learner: the views by their C kernel, the rest one graph (`predict_from_views`)
+            seen, target, prev_seat = self.model.coplayer_inputs(obs, prev, self.slots)
+            out, self.h = self.graph(seen, target, prev_seat, self.W, counts, self.log_b, features)
+        self.log_pi, self.log_evidence, self.pred, log_pred, self.goal_probs, belief_features = out
+        return belief_features, log_pred
+
+    def predict_from_views(self, seen: torch.Tensor, target: torch.Tensor, prev: torch.Tensor, W: torch.Tensor | None,
+                           counts: torch.Tensor, log_b: torch.Tensor, features: bool):
+        """`begin` from the co-players' views on (`GoalPolicy.coplayer_inputs`): what a compiled learner runs as one
+        graph (BayesCoplayer.compile; the correction's product is then its PyTorch composition, which Inductor
+        fuses). -> (`_predict`'s outputs, the last hidden layer h for the correction's update)."""
+        raw, h = self.model.net(seen, target, prev)
+        log_pi = raw if W is None else self._corrected(raw, h, W)
+        return self._predict(log_pi, raw if W is not None else None, counts, log_b, features), h
+
+    def _predict(self, log_pi: torch.Tensor, raw: torch.Tensor | None, counts: torch.Tensor, log_b: torch.Tensor,
+                 features: bool):
+        """The co-players' goal policies log pi [E, K, N - 1, G, A] (corrected; `raw`: before the correction, None
+        without one), their counted moves [E, K, N - 1, A] and the belief log b [E, K, N, H] -> (every hypothesis'
+        policy [E, K, N - 1, H, A], the Bayes update's likelihoods (the same or the uncorrected ones), the predicted
+        distribution [E, K, N - 1, A] (None without a correction, which alone needs it), log predicted action
+        [E, K, N, A], goal posterior [E, K, N, G], policy features or None)."""
         habit = ((counts + 1.0) / (counts.sum(-1, keepdim=True) + self.A)).log()
-        self.log_pi = torch.cat([self._named(log_pi), habit.unsqueeze(-2)], -2)  # "other": the moves counted
-        self.log_evidence = self.log_pi if (self.W is None or self.corrected_evidence) else \
-            torch.cat([self._named(self.raw), habit.unsqueeze(-2)], -2)
-        pred = predictive(self.log_b[:, self.seat_k, self.seat], self.log_pi)  # [E, K, N - 1, A]
-        if self.W is not None:  # the online correction's error term needs the predicted distribution
-            self.pred = pred.exp()
-        E, K = obs.shape[0], self.seat.shape[0]
+        hypotheses = torch.cat([self._named(log_pi), habit.unsqueeze(-2)], -2)  # "other": the moves counted
+        evidence = hypotheses if (raw is None or self.corrected_evidence) else \
+            torch.cat([self._named(raw), habit.unsqueeze(-2)], -2)
+        pred = predictive(log_b[:, self.seat_k, self.seat], hypotheses)  # [E, K, N - 1, A]
+        E, K = log_b.shape[0], self.seat.shape[0]
         log_pred = pred.new_full((E, K, self.N, self.A), -math.log(self.A)).scatter(  # own slots: uniform
             2, self.seat.view(1, K, -1, 1).expand_as(pred), pred)
-        if not features:  # an actor that does not read the belief: only the prediction is scored
-            return None, log_pred
-        mask = self.others.unsqueeze(-1).to(obs.dtype)  # [K, N, 1]
-        return torch.cat([(self.goal_log_b().exp() * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1), \
-            log_pred
+        goal_probs = self._goal_log_b(log_b).exp()
+        belief_features = None
+        if features:  # (an actor that does not read the belief: only the prediction is scored)
+            mask = self.others.unsqueeze(-1).to(log_b.dtype)  # [K, N, 1]
+            belief_features = torch.cat([(goal_probs * mask).flatten(-2), (log_pred.exp() * mask).flatten(-2)], -1)
+        return hypotheses, evidence, pred.exp() if raw is not None else None, log_pred, goal_probs, belief_features
 
     def _named(self, log_pi: torch.Tensor) -> torch.Tensor:
         """The model's [..., G, A] (member heads: [..., (1 + M) * G, A]) -> the named goals' rows [..., H - 1, A]."""
@@ -181,16 +205,24 @@ class GoalBelief:
 
     def goal_log_b(self) -> torch.Tensor:
         """The goal posterior [E, K, N, G] (log): with member heads, each named goal's mass summed over read-outs."""
+        return self._goal_log_b(self.log_b)
+
+    def _goal_log_b(self, log_b: torch.Tensor) -> torch.Tensor:
         if self.M == 0:
-            return self.log_b
-        named = self.log_b[..., :-1].unflatten(-1, (1 + self.M, self.G - 1)).logsumexp(-2)
-        return torch.cat([named, self.log_b[..., -1:]], -1)
+            return log_b
+        named = log_b[..., :-1].unflatten(-1, (1 + self.M, self.G - 1)).logsumexp(-2)
+        return torch.cat([named, log_b[..., -1:]], -1)
 
     def _correct(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """The online correction of the co-players' goal policies: log pi [E, K, N - 1, G, A] + W h, renormalised
-        (hidden h [E, K, N - 1, H] kept for the update in `observe`)."""
+        """`coplayer_log_probs`' adjustment: the online correction (`_corrected`), the uncorrected log pi and the
+        hidden layer h [E, K, N - 1, H] kept (h for the update in `observe`)."""
         self.h, self.raw = hidden.detach(), log_pi
-        corr = online_correction.apply(self.W, self.h)  # [E, K, N - 1, A]
+        return self._corrected(log_pi, self.h, self.W)
+
+    @staticmethod
+    def _corrected(log_pi: torch.Tensor, h: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        """The online correction of the co-players' goal policies: log pi [E, K, N - 1, G, A] + W h, renormalised."""
+        corr = online_correction.apply(W, h)  # [E, K, N - 1, A]
         return (log_pi + corr.unsqueeze(-2)).log_softmax(-1)
 
     def observe(self, actions: torch.Tensor, active: torch.Tensor, episode_end: torch.Tensor,
@@ -199,41 +231,49 @@ class GoalBelief:
         event [E, N] the goal each slot completed at this step (-1: none; the env's public `goal_event`): a
         co-player that has just reached a goal picks its next one afresh, so its belief moves `event_reset` of the
         way back to the episode's prior (what is known of this partner, not what it was just doing)."""
+        step = self.observe_graph or self._observed
+        self.log_b, self.prior, self.counts, self.prev, self.episode_index, err = step(
+            actions, active, episode_end, event, self.log_b, self.prior, self.counts, self.prev, self.episode_index,
+            self.log_evidence, self.pred)
+        if self.W is not None:  # W [.., A, H] += lr err (x) h / (|h|^2 + 1), in place (W is the belief's largest state)
+            online_correction.update_(self.W, err, self.h.contiguous(), self.online_lr)
+            if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
+                self.W.masked_fill_(episode_end.view(-1, 1, 1, 1, 1), 0.0)
+
+    def _observed(self, actions, active, episode_end, event, log_b, prior, counts, prev, episode_index, log_evidence,
+                  pred):
+        """`observe` as a function of the belief's state (what a compiled learner runs as one graph): -> the new
+        (log b, prior, counts, previous actions, episode index) and the online correction's error term (None
+        without one; its update of W in place follows)."""
         # the Bayes update at the co-players' slots ([E, K, N - 1, ...], as `begin`); a learner's own slot keeps its
         # belief (the uniform prior: nothing updates it)
         cp = (slice(None), self.seat_k, self.seat)
         moves = actions[:, self.seat]  # [E, K, N - 1]
-        like = self.log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.H, 1)).squeeze(-1)  # [.., H]
+        like = log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.H, 1)).squeeze(-1)  # [.., H]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
-        log_b, prior = self.log_b[cp], self.prior[cp]
-        post = switch(bayes_update(log_b, like), prior, self.hazard)
+        log_b_cp, prior_cp = log_b[cp], prior[cp]
+        post = switch(bayes_update(log_b_cp, like), prior_cp, self.hazard)
         if event is not None and self.event_reset > 0:
             done_goal = (event >= 0)[:, self.seat].unsqueeze(-1)  # [E, K, N - 1, 1]
-            post = torch.where(done_goal, switch(post, prior, self.event_reset), post)
-        updated = torch.where(seen[cp].unsqueeze(-1), post, log_b)
-        self.log_b = self.log_b.scatter(2, self.seat.view(1, *self.seat.shape, 1).expand_as(updated), updated)
-        moved = F.one_hot(actions, self.A).to(self.counts.dtype).unsqueeze(1)  # [E, 1, N, A]
-        self.counts = self.counts + moved * seen.unsqueeze(-1)
-        if self.W is not None:  # one step of online logistic regression: d log p(a) / d logits ~ onehot(a) - p,
-            # normalised by |h|^2 (normalised LMS: the step does not depend on the features' scale)
+            post = torch.where(done_goal, switch(post, prior_cp, self.event_reset), post)
+        updated = torch.where(seen[cp].unsqueeze(-1), post, log_b_cp)
+        log_b = log_b.scatter(2, self.seat.view(1, *self.seat.shape, 1).expand_as(updated), updated)
+        moved = F.one_hot(actions, self.A).to(counts.dtype).unsqueeze(1)  # [E, 1, N, A]
+        counts = counts + moved * seen.unsqueeze(-1)
+        err = None
+        if pred is not None:  # the online correction: one step of online logistic regression, d log p(a) / d logits
+            # ~ onehot(a) - p, normalised by |h|^2 (normalised LMS: the step does not depend on the features' scale)
             seen_cp = seen[:, self.seat_k, self.seat].unsqueeze(-1)  # [E, K, N - 1, 1]
-            err = (F.one_hot(actions[:, self.seat], self.A).to(self.pred.dtype) - self.pred) * seen_cp
-            # W [.., A, H] += lr err (x) h / (|h|^2 + 1)
-            online_correction.update_(self.W, err.contiguous(), self.h.contiguous(), self.online_lr)
-        self.prev = torch.where(active, actions, self.prev)
-        if self.persistent:
-            nxt_prior = carry(self.prior, self.log_b, self.alpha)
-        else:
-            nxt_prior = self.fresh.expand_as(self.prior)
+            err = ((F.one_hot(moves, self.A).to(pred.dtype) - pred) * seen_cp).contiguous()
+        prev = torch.where(active, actions, prev)
+        nxt_prior = carry(prior, log_b, self.alpha) if self.persistent else self.fresh.expand_as(prior)
         end = episode_end.view(-1, 1, 1, 1)
-        self.prior = torch.where(end, nxt_prior, self.prior)
+        prior = torch.where(end, nxt_prior, prior)
         if not self.persistent:  # memory off: nothing about the partner crosses the episode's end
-            self.counts = torch.where(end, 0.0, self.counts)
-            if self.W is not None:
-                self.W.masked_fill_(end.view(-1, 1, 1, 1, 1), 0.0)
-        self.log_b = torch.where(end, self.prior.log(), self.log_b)
-        self.prev = torch.where(episode_end.unsqueeze(-1), self.A, self.prev)
-        self.episode_index = self.episode_index + episode_end.long()
+            counts = torch.where(end, 0.0, counts)
+        log_b = torch.where(end, prior.log(), log_b)
+        prev = torch.where(episode_end.unsqueeze(-1), self.A, prev)
+        return log_b, prior, counts, prev, episode_index + episode_end.long(), err
 
     def state_dict(self) -> dict:
         return {"log_b": self.log_b, "prior": self.prior, "prev": self.prev, "episode_index": self.episode_index,
@@ -324,6 +364,22 @@ class BayesCoplayer:
         self.replay_fill, self.replay_pos = 0, 0
         self.partner = None
         self.after_backward = None  # the live-component audit's gradient hook, while it runs
+        self.fused = None  # ppo.compile: the Adam step as one graph (`compile`)
+
+    def compile(self, compile_fn) -> None:
+        """ppo.compile: the belief's predictions from the co-players' views (the goal network, the online
+        correction, the predictive) and each Adam step of the update as graphs (the views stay a C kernel, the Bayes
+        update eager).
+        `HYPERMAPPO_COPLAYER_GRAPHS=0` keeps both eager (side-by-side timing)."""
+        from hypermappo.algos.coplayer_step import FusedGoalStep
+        from hypermappo.compile import switch
+
+        if not switch("HYPERMAPPO_COPLAYER_GRAPHS"):
+            return
+        self.belief.graph = compile_fn(self.belief.predict_from_views)
+        self.belief.observe_graph = compile_fn(self.belief._observed)
+        if self.trains:
+            self.fused = FusedGoalStep(self, compile_fn)
 
     def loss_terms(self) -> list[str]:
         return ["coplayer_action_loss"] if self.trains else []
@@ -345,7 +401,7 @@ class BayesCoplayer:
         self.prev[t].copy_(self.belief.prev)
         features, log_pred = self.belief.begin(obs, features=self.fed)
         self.log_pred[t].copy_(log_pred)
-        self.belief_probs[t].copy_(self.belief.goal_log_b().exp())
+        self.belief_probs[t].copy_(self.belief.goal_probs)
         self.t_in_episode[t].copy_(self.step_count)
         self.episode_idx[t].copy_(self.belief.episode_index)
         return torch.cat([obs, features], -1) if self.fed else obs
@@ -438,6 +494,13 @@ class BayesCoplayer:
             member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
         return nll, hit, member_hit
 
+    def step_loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor) -> torch.Tensor:
+        """The loss of one Adam step on a replay mini-batch: the weighted mean cross-entropy of `_loss`, a goal known
+        from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`."""
+        nll, _, _ = self._loss(batch, normed)
+        w = torch.where(batch["known"], 1.0, self.c.hindsight_weight)
+        return self.c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
+
     def _online_metrics(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
         """The belief's predictions made during the rollout, scored against what the co-players did."""
         others = self.others_mask()  # [T, E, K, N]: observer k and co-player n alive
@@ -492,22 +555,24 @@ class BayesCoplayer:
             # the views and the input LayerNorm read no parameter: once for every step's samples
             normed = self.model.normed_inputs(batches["obs"].float(), batches["target"])
             checks = []
+            # one graph per step where compiled (coplayer_step.py), for full mini-batches and outside the audit
+            fused = self.fused if B == c.batch_size and self.after_backward is None else None
             for step in range(c.steps):
                 batch = {k: v[step] for k, v in batches.items()}
-                nll, _, _ = self._loss(batch, normed[step])
-                # a goal known from the partner's own rule counts fully, a hindsight guess hindsight_weight
-                w = torch.where(batch["known"], 1.0, c.hindsight_weight)
-                loss = c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
+                if fused is not None:
+                    loss, norm = fused(batch, normed[step])
+                else:
+                    loss = self.step_loss(batch, normed[step])
+                    self.opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if self.after_backward is not None:
+                        self.after_backward()
+                    norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                          self.cfg.ppo.max_grad_norm or float("inf"), foreach=True)
+                    self.opt.step()
                 if step == 0:
                     metrics["coplayer_action_loss"] = loss.detach()
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.after_backward is not None:
-                    self.after_backward()
-                norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(),
-                                                      self.cfg.ppo.max_grad_norm or float("inf"), foreach=True)
                 checks.append(loss.detach() + norm)
-                self.opt.step()
             bad = (~torch.isfinite(torch.stack(checks))).nonzero()  # one host sync per update, not per step
             if bad.numel():
                 raise NonFiniteError(f"non-finite co-player action loss in co-player step {int(bad[0, 0]) + 1}")

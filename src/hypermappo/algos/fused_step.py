@@ -67,19 +67,8 @@ class FusedMinibatchStep:
         grads = torch.autograd.grad(actor_loss + self.algo.cfg.ppo.value_coef * value_loss, params,
                                     allow_unused=True)
         used = {id(p) for p, g in zip(params, grads) if g is not None}
-        self.plan = [(opt, group, [(names[id(p)], p) for p in group["params"] if id(p) in used])
-                     for opt in opts for group in opt.param_groups]
+        self.plan, self.shared_step = adam_plan(opts, names, used)
         self.stat_names = [*stats, "grad_norm_actor", "grad_norm_critic"]
-        for opt, _, group_params in self.plan:
-            for _, p in group_params:
-                if not opt.state[p]:
-                    opt.state[p] = {"step": step_tensor(opt, p), "exp_avg": torch.zeros_like(p),
-                                    "exp_avg_sq": torch.zeros_like(p)}
-        # per group: whether its parameters share one step count (they do unless a checkpoint or warm start gave some
-        # a count of their own; they step together from here on): then the bias corrections are computed once for the
-        # group, not once per parameter, a graph about a seventh smaller to compile
-        self.shared_step = [len({float(opt.state[p]["step"]) for _, p in group_params}) <= 1
-                            for opt, _, group_params in self.plan]
 
     def __call__(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor, blocks: list[slice] | None = None):
         """`blocks`: micro-batch row blocks of the mini-batch (algos/micro_batch.py); None or one block: one graph
@@ -163,29 +152,8 @@ class FusedMinibatchStep:
             finite = torch.isfinite(torch.stack([actor_loss.detach(), value_loss.detach(), norms["actor"],
                                                  norms["critic"]])).all()
             move = finite if clean is None else finite & clean
-            # Adam (torch.optim.Adam's update, amsgrad off); nothing moves unless every checked quantity is finite
-            for i, (opt, group, group_params) in enumerate(self.plan):
-                beta1, beta2 = group["betas"]
-
-                def counts(old, i=i, beta1=beta1, beta2=beta2):  # the count after this step (kept unless `move`),
-                    step = old + 1  # and its two bias corrections
-                    return torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
-
-                # once for a group whose counts agree, else per parameter
-                shared = counts(opt.state[group_params[0][1]]["step"]) if self.shared_step[i] and group_params else None
-                for name, q in group_params:
-                    state, g = opt.state[q], clipped[name]
-                    if group["weight_decay"]:
-                        g = g + group["weight_decay"] * q
-                    moved_step, root2, rate = shared or counts(state["step"])
-                    exp_avg = state["exp_avg"].lerp(g, 1 - beta1)
-                    exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
-                    denom = exp_avg_sq.sqrt() / root2 + group["eps"]
-                    new = q - rate * exp_avg / denom
-                    q.copy_(torch.where(move, new, q))
-                    state["exp_avg"].copy_(torch.where(move, exp_avg, state["exp_avg"]))
-                    state["exp_avg_sq"].copy_(torch.where(move, exp_avg_sq, state["exp_avg_sq"]))
-                    state["step"].copy_(moved_step)
+            # Adam; nothing moves unless every checked quantity is finite
+            adam_apply(self.plan, self.shared_step, clipped, lrs, move)
             values = [*(v.detach() for v in stats.values()), norms["actor"], norms["critic"]]
             return torch.stack(values), finite, [grads[n] for n, _ in trained]
 
@@ -193,3 +161,49 @@ class FusedMinibatchStep:
         """Pre-clip gradients into `.grad` (the live-component audit reads them there, as after a backward)."""
         for (_, q), g in zip(self.trained(), grads):
             q.grad = g
+
+
+def adam_plan(opts, names: dict, used: set) -> tuple[list[tuple], list[bool]]:
+    """[(optimiser, param group, [(name, parameter) with id in `used`])] in optimiser order, and per group whether its
+    parameters share one step count. Adam's state of each planned parameter is created as torch.optim.Adam creates
+    it (step 0, zero moments) where it has none yet. `names`: id(parameter) -> the name its gradient goes by."""
+    plan = [(opt, group, [(names[id(p)], p) for p in group["params"] if id(p) in used])
+            for opt in opts for group in opt.param_groups]
+    for opt, _, group_params in plan:
+        for _, p in group_params:
+            if not opt.state[p]:
+                opt.state[p] = {"step": step_tensor(opt, p), "exp_avg": torch.zeros_like(p),
+                                "exp_avg_sq": torch.zeros_like(p)}
+    # per group: whether its parameters share one step count (they do unless a checkpoint or warm start gave some a
+    # count of their own; they step together from here on): then the bias corrections are computed once for the
+    # group, not once per parameter, a graph about a seventh smaller to compile
+    shared = [len({float(opt.state[p]["step"]) for _, p in group_params}) <= 1 for opt, _, group_params in plan]
+    return plan, shared
+
+
+def adam_apply(plan: list[tuple], shared_step: list[bool], grads: dict, lrs: torch.Tensor, move: torch.Tensor) -> None:
+    """torch.optim.Adam's update (amsgrad off) of every parameter of `plan` (`adam_plan`) from `grads` (name ->
+    gradient), in place on the parameters and the optimiser's own state tensors, inside a graph; group i's learning
+    rate is lrs[i]. Nothing moves unless `move` (a bool tensor)."""
+    for i, (opt, group, group_params) in enumerate(plan):
+        beta1, beta2 = group["betas"]
+
+        def counts(old, i=i, beta1=beta1, beta2=beta2):  # the count after this step (kept unless `move`), and its
+            step = old + 1  # two bias corrections
+            return torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)
+
+        # once for a group whose counts agree, else per parameter
+        shared = counts(opt.state[group_params[0][1]]["step"]) if shared_step[i] and group_params else None
+        for name, q in group_params:
+            state, g = opt.state[q], grads[name]
+            if group["weight_decay"]:
+                g = g + group["weight_decay"] * q
+            moved_step, root2, rate = shared or counts(state["step"])
+            exp_avg = state["exp_avg"].lerp(g, 1 - beta1)
+            exp_avg_sq = state["exp_avg_sq"] * beta2 + (1 - beta2) * g * g
+            denom = exp_avg_sq.sqrt() / root2 + group["eps"]
+            new = q - rate * exp_avg / denom
+            q.copy_(torch.where(move, new, q))
+            state["exp_avg"].copy_(torch.where(move, exp_avg, state["exp_avg"]))
+            state["exp_avg_sq"].copy_(torch.where(move, exp_avg_sq, state["exp_avg_sq"]))
+            state["step"].copy_(moved_step)

@@ -97,8 +97,7 @@ class GoalPolicy(nn.Module):
         if self.floor <= 0:
             return logp
         # log((1 - floor) * softmax + floor / A), stably
-        return torch.logaddexp(logp + torch.log1p(torch.tensor(-self.floor)),
-                               torch.full_like(logp, float(torch.log(torch.tensor(self.floor / self.n_actions)))))
+        return torch.logaddexp(logp + math.log1p(-self.floor), torch.full_like(logp, math.log(self.floor / self.n_actions)))
 
     def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
                      normed: bool = False) -> torch.Tensor:
@@ -149,6 +148,15 @@ class GoalPolicy(nn.Module):
                            adjust=None) -> torch.Tensor:
         """As `all_coplayers`, for the co-players only, in `coplayer_seats` order: log pi [E, K, N - 1, G, A] (what
         the belief computes with: no work for the learners' own slots)."""
+        logp, hidden = self.net(*self.coplayer_inputs(obs, prev, slots))  # [E, K, N - 1, G, A], [E, K, N - 1, H]
+        if adjust is not None:
+            logp = adjust(logp, hidden)
+        return logp
+
+    def coplayer_inputs(self, obs: torch.Tensor, prev: torch.Tensor, slots: torch.Tensor):
+        """obs [E, K, D], prev [E, N] as `all_coplayers` -> what `net` reads of the co-players: (their views
+        [E, K, N - 1, D] (the learner's own observation, [E, K, 1, D], without `view`), their offsets from the
+        observer [E, K, N - 1], their previous actions [E, K, N - 1])."""
         e, k, n, d = obs.shape[0], obs.shape[1], self.n_slots, obs.shape[-1]
         rel = torch.arange(1, n, device=obs.device)  # [N - 1] the co-players, relative to their observer
         seat = coplayer_seats(slots, n)  # [K, N - 1] their env slots
@@ -157,11 +165,14 @@ class GoalPolicy(nn.Module):
             seen = obs.unsqueeze(2)  # [E, K, 1, D]
         else:  # one per (learner agent, co-player): each co-player's own view
             seen = self.view(obs.unsqueeze(2).expand(e, k, n - 1, d), target)  # [E, K, N - 1, D]
-        hidden = [] if adjust is not None else None
-        logp = self._log_probs(self._first_layer(seen, target, prev[:, seat]), hidden)  # [E, K, N - 1, G, A]
-        if adjust is not None:
-            logp = adjust(logp, hidden[0])
-        return logp
+        return seen, target, prev[:, seat]
+
+    def net(self, seen: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The network from the co-players' inputs (`coplayer_inputs`) -> (log pi [..., G, A], the last hidden
+        layer [..., H])."""
+        hidden = []
+        logp = self._log_probs(self._first_layer(seen, target, prev), hidden)
+        return logp, hidden[0]
 
 
 def coplayer_seats(slots: torch.Tensor, n: int) -> torch.Tensor:

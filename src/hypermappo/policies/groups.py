@@ -96,6 +96,8 @@ class Learner:
         # ppo.compile (compile/decision.py): the policy step below and the PPO update as graphs, where they can be
         self.compiled, self.compile_note = decide_compile(cfg, torch.device(device))
         self.policy_step = compile_fn(self.policy_forward) if self.compiled else self.policy_forward
+        if self.compiled and hasattr(self.coplayer, "compile"):  # the goal belief's network and update steps
+            self.coplayer.compile(compile_fn)
         self.algo = MAPPO(self.actor, self.critic, cfg, compiled=self.compiled)
         T, L = cfg.rollout_length, data_chunk_length(cfg)  # auto: the largest divisor of T up to 10 (config.py)
         if self.algo.recurrent and T % L:
