@@ -186,7 +186,7 @@ def cmd_train(args) -> int:
         f"{trained:,} ({plan})"
     print(f"hypermappo train: env={cfg.env} algo={cfg.algo} actor={cfg.actor} seed={cfg.seed} "
           f"E={cfg.num_envs} T={cfg.rollout_length} steps={steps} -> {exp.run_dir}")
-    for note in [*exp.compile_notes, *([exp.collect_note] if exp.collect_note else []), exp.sync_note,
+    for note in [*exp.compile_notes, *([exp.collect_note] if exp.collect_note else []), *exp.coplayer_notes, exp.sync_note,
                  *exp.micro_notes, *exp.chunk_notes]:
         print(note)
     summary = exp.run()

@@ -235,6 +235,11 @@ class Experiment:
             else (None, None)
         if self.collect_note:
             self.summary_extra["collect"] = self.collect_note
+        # a compiled learner's co-player model (algos/coplayer_bayes.py `compile`): which of its parts are graphs
+        self.coplayer_notes = list(dict.fromkeys(
+            note for g in self.groups if g.learner for note in [getattr(g.learner.coplayer, "graph_note", None)] if note))
+        if self.coplayer_notes:
+            self.summary_extra["coplayer_graphs"] = "; ".join(self.coplayer_notes)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)
         # collection without a host sync per env step (runtime/sync_free.py; auto: on CUDA)
         sync_free_on, self.sync_note = sync_free.decide(self.device)

@@ -365,6 +365,7 @@ class BayesCoplayer:
         self.partner = None
         self.after_backward = None  # the live-component audit's gradient hook, while it runs
         self.fused = None  # ppo.compile: the Adam step as one graph (`compile`)
+        self.graph_note = None  # ppo.compile: which of its parts run as graphs (`compile`; run header, summary.json)
 
     def compile(self, compile_fn) -> None:
         """ppo.compile: the belief's predictions from the co-players' views (the goal network, the online
@@ -375,7 +376,10 @@ class BayesCoplayer:
         from hypermappo.compile import switch
 
         if not switch("HYPERMAPPO_COPLAYER_GRAPHS"):
+            self.graph_note = "co-player model: eager beside the compiled policy (HYPERMAPPO_COPLAYER_GRAPHS=0)"
             return
+        self.graph_note = ("co-player model: the belief's predictions, its Bayes update and the goal model's Adam "
+                           "steps as graphs")
         self.belief.graph = compile_fn(self.belief.predict_from_views)
         self.belief.observe_graph = compile_fn(self.belief._observed)
         if self.trains:
