@@ -183,7 +183,8 @@ def resumed_from_update_2_matches(cfg, full: Path, resumed: Path) -> None:
     final_got = torch.load(resumed / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
     final_want = torch.load(full / "checkpoints" / "ckpt_0000004.pt", weights_only=False)
     for key in ("actor", "critic", "algo", "env_state", "last_step", "actor_h", "critic_h", "prev_obs", "rng",
-                "diagnostics", "recent_returns", "update", "env_steps", "logger_rows"):
+                "diagnostics", "recent_returns", "update", "env_steps", "logger_rows",
+                *(["coplayer"] if "coplayer" in final_want else [])):
         if key == "last_step":
             assert_same(vars(final_got[key]), vars(final_want[key]), key)
         else:
