@@ -49,3 +49,23 @@ def test_other_dtypes_take_the_composition():
     want = W + 0.5 * err.unsqueeze(-1) * h.unsqueeze(-2) / (h.square().sum(-1) + 1.0)[..., None, None]
     online_correction.update_(W, err, h, 0.5)
     torch.testing.assert_close(W, want)
+
+
+def test_inside_a_graph_the_product_is_the_kernel_as_a_custom_op():
+    """A compiled belief (BayesCoplayer.compile) calls the product through the custom op `hypermappo::
+    online_correction`: its registration passes torch's checks (schema, fake tensor, no aliasing), and a compiled
+    function calling `apply` gives the kernel's values and calls the op rather than tracing the composition."""
+    W, h, _ = _inputs(3)
+    torch.library.opcheck(torch.ops.hypermappo.online_correction.default, (W, h),
+                          test_utils=("test_schema", "test_faketensor"))
+
+    def corrected(W, h, logits):
+        return (logits + online_correction.apply(W, h).unsqueeze(-2)).log_softmax(-1)
+
+    logits = torch.randn(7, 2, 1, 4, 5)
+    graph = torch.compile(corrected, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(graph(W, h, logits), corrected(W, h, logits))
+    explained = torch._dynamo.explain(corrected)(W, h, logits)
+    assert explained.graph_break_count == 0
+    ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert any("online_correction" in op for op in ops), ops

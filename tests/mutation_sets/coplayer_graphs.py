@@ -23,4 +23,9 @@ def mutations(M):
           "counts = counts + moved * seen.unsqueeze(-1)", "counts = counts + 0 * moved * seen.unsqueeze(-1)",
           (T, HAND),
           "the Bayes update stops counting the partner's moves (the 'other' goal's policy)"),
+        M("coplayer_graph_correction_not_an_op", "src/hypermappo/kernels/online_correction.py",
+          "    if torch.compiler.is_compiling():\n        return _apply_op(W, h)\n", "",
+          ("tests/test_online_correction.py::test_inside_a_graph_the_product_is_the_kernel_as_a_custom_op",),
+          "inside a graph the C kernel's ctypes call breaks the graph (or Inductor fuses the composition into "
+          "the log-softmax and recomputes it per pass)"),
     ]
