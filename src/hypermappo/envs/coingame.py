@@ -40,7 +40,7 @@ import torch
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.staghunt import _GOLDEN32, _MASK32, _MOVES, _check_float, _check_int, _hash32
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv, load_tensor_state, save_tensor_state
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
 from hypermappo.errors import UserError
 
 GOAL_NAMES = ("own_coin", "other_coin")
@@ -58,7 +58,7 @@ def coin_view(obs: torch.Tensor, rel: torch.Tensor, *, cells: int) -> torch.Tens
     return torch.where((rel == 0).unsqueeze(-1), obs, swapped)
 
 
-class CoinGameVecEnv(VecEnv):
+class CoinGameVecEnv(TensorState, VecEnv):
     """E coin games stepped together with tensor ops (rules in the module docstring)."""
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 3, n_coins: int = 1,
@@ -221,16 +221,7 @@ class CoinGameVecEnv(VecEnv):
                        extras=extras)
 
     _STATE_KEYS = ("players", "coins", "coin_colour", "t", "own_coins", "other_coins", "rng_key", "rng_counter")
-
-    def get_state(self) -> dict:
-        return save_tensor_state(self, self._STATE_KEYS)
-
-    def set_state(self, state: dict) -> None:
-        load_tensor_state(self, self._STATE_KEYS, state, "coingame")
-
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(obs, state) of the current positions, e.g. after set_state."""
-        return self._observe()
+    _STATE_NAME = "coingame"
 
     # ---------------------------------------------------------------- rendering
     def render(self, env_index: int = 0, cell_pixels: int = 32) -> np.ndarray:

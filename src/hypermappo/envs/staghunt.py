@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv, load_tensor_state, save_tensor_state
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
 from hypermappo.errors import UserError
 
 _MASK32 = 0xFFFFFFFF
@@ -159,7 +159,7 @@ def _check_bool(name: str, value) -> bool:
     return value
 
 
-class StagHuntVecEnv(VecEnv):
+class StagHuntVecEnv(TensorState, VecEnv):
     """E stag-hunt gridworlds stepped together with tensor ops (rules in the module docstring)."""
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 5, n_hunters: int = 2,
@@ -442,18 +442,9 @@ class StagHuntVecEnv(VecEnv):
                        final_active=torch.ones(e, h, dtype=torch.bool, device=dev), episode_done=ended,
                        episode_return=ep_return, episode_length=ep_length, extras=extras)
 
+    # the exact state (TensorState): positions (`prey` holds stags first, then hares), counters, random streams
     _STATE_KEYS = ("hunters", "prey", "prey_alive", "t", "stag_captures", "hare_captures", "rng_key", "rng_counter")
-
-    def get_state(self) -> dict:
-        """Positions (`prey` holds stags first, then hares), counters, random streams and tracker."""
-        return save_tensor_state(self, self._STATE_KEYS)
-
-    def set_state(self, state: dict) -> None:
-        load_tensor_state(self, self._STATE_KEYS, state, "staghunt")
-
-    def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(obs, state) of the current positions, e.g. after set_state."""
-        return self._observe()
+    _STATE_NAME = "staghunt"
 
     def render(self, env_index: int = 0, cell_pixels: int = 32) -> np.ndarray:
         """[S*cell, S*cell, 3] uint8 frame of env `env_index` now (see `draw_frame`)."""

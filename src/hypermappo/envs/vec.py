@@ -208,3 +208,21 @@ def load_tensor_state(env, keys: tuple[str, ...], state: dict, env_name: str) ->
         setattr(env, k, value.to(device=env.device, dtype=current.dtype).clone())
     env.tracker.load_state_dict(state["tracker"])
     env._seeded = bool(state.get("seeded", True))
+
+
+class TensorState:
+    """get_state / set_state / observe of a batched env whose exact state is the tensors named `_STATE_KEYS` plus its
+    EpisodeTracker (`save_tensor_state`); the env gives `_observe()` -> (obs, state). Mixed in before VecEnv."""
+
+    _STATE_KEYS: tuple[str, ...] = ()
+    _STATE_NAME = "env"  # the env as a set_state error names it
+
+    def get_state(self) -> dict:
+        return save_tensor_state(self, self._STATE_KEYS)
+
+    def set_state(self, state: dict) -> None:
+        load_tensor_state(self, self._STATE_KEYS, state, self._STATE_NAME)
+
+    def observe(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(obs, state) of the current positions, e.g. after set_state."""
+        return self._observe()
