@@ -236,8 +236,8 @@ class Experiment:
         if self.collect_note:
             self.summary_extra["collect"] = self.collect_note
         # a compiled learner's co-player model (algos/coplayer_bayes.py `compile`): which of its parts are graphs
-        self.coplayer_notes = list(dict.fromkeys(
-            note for g in self.groups if g.learner for note in [getattr(g.learner.coplayer, "graph_note", None)] if note))
+        notes = (getattr(g.learner.coplayer, "graph_note", None) for g in self.groups if g.learner)
+        self.coplayer_notes = list(dict.fromkeys(note for note in notes if note))
         if self.coplayer_notes:
             self.summary_extra["coplayer_graphs"] = "; ".join(self.coplayer_notes)
         self.summary_extra["compile"] = "; ".join(self.compile_notes)

@@ -10,7 +10,7 @@ HAND = ("tests/test_coplayer_bayes.py::"
 def mutations(M):
     return [
         M("coplayer_graph_step_clips_by_norm_squared", STEP,
-          "coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)", "coef = (max_norm / (norm * norm + 1e-6)).clamp(max=1.0)",
+          "coef = clip_coefficient(norm, max_norm)", "coef = clip_coefficient(norm * norm, max_norm)",
           (T,), "the compiled Adam step of the goal model clips against the squared gradient norm"),
         M("coplayer_graph_step_skips_bias_correction", "src/hypermappo/algos/fused_step.py",
           "return torch.where(move, step, old), (1 - beta2 ** step).sqrt(), lrs[i] / (1 - beta1 ** step)",

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from hypermappo.algos.fused_step import adam_apply, adam_plan
-from hypermappo.algos.norms import global_norm
+from hypermappo.algos.norms import clip_coefficient, global_norm
 
 
 class _StepLoss(nn.Module):
@@ -73,8 +73,8 @@ class FusedGoalStep:
         with torch.no_grad():
             norm = global_norm(grads.values())
             max_norm = self.coplayer.cfg.ppo.max_grad_norm
-            if max_norm > 0:  # as clip_grad_norm_: the coefficient clamped at 1
-                coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+            if max_norm > 0:
+                coef = clip_coefficient(norm, max_norm)
                 grads = {n: g * coef for n, g in grads.items()}
             move = torch.isfinite(loss + norm)
             adam_apply(self.plan, self.shared_step, grads, lrs, move)

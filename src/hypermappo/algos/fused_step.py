@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from hypermappo.algos import micro_batch
 from hypermappo.algos.adam import step_tensor
-from hypermappo.algos.norms import global_norm
+from hypermappo.algos.norms import clip_coefficient, global_norm
 
 
 class _LossOf(nn.Module):
@@ -147,7 +147,7 @@ class FusedMinibatchStep:
                 total = global_norm(grads[n] for n in keys) if keys else torch.zeros(())
                 norms[net] = total
                 if p.max_grad_norm > 0 and keys:
-                    coef = (p.max_grad_norm / (total + 1e-6)).clamp(max=1.0)
+                    coef = clip_coefficient(total, p.max_grad_norm)
                     clipped.update({n: grads[n] * coef for n in keys})
             finite = torch.isfinite(torch.stack([actor_loss.detach(), value_loss.detach(), norms["actor"],
                                                  norms["critic"]])).all()

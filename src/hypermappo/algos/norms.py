@@ -1,4 +1,5 @@
-"""Gradient norms shared by the eager update (mappo.py, maddpg.py) and the compiled one-graph step (fused_step.py)."""
+"""Gradient norms shared by the eager update (mappo.py, maddpg.py) and the compiled one-graph steps (fused_step.py,
+coplayer_step.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import torch
 def global_norm(tensors) -> torch.Tensor:
     """The 2-norm of all `tensors` together (the norm of their norms, as clip_grad_norm_ computes it)."""
     return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t) for t in tensors]))
+
+
+def clip_coefficient(total: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """The factor clip_grad_norm_ scales gradients of global norm `total` by: max_norm / (total + 1e-6), at most 1."""
+    return (max_norm / (total + 1e-6)).clamp(max=1.0)
 
 
 def grad_norm(params, max_norm: float) -> torch.Tensor:

@@ -85,19 +85,19 @@ class GoalPolicy(nn.Module):
             nn.init.zeros_(self.member_out.weight)
             nn.init.zeros_(self.member_out.bias)
 
-    def _log_probs(self, first: torch.Tensor, features: list | None = None) -> torch.Tensor:
+    def _log_probs(self, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first layer's output -> (log pi [..., G, A], the last hidden layer [..., H], for a caller's own
+        read-out: GoalBelief's online correction)."""
         hidden = self.body[:-1](first)
-        if features is not None:  # the last hidden layer, for a caller's own read-out (GoalBelief's online correction)
-            features.append(hidden)
         logits = self.body[-1](hidden).unflatten(-1, (self.n_goals, self.n_actions))
         if self.member_out is not None:  # [..., (1 + M) * G, A]: the member-free read-out, then each member's
             offsets = self.member_out(hidden).unflatten(-1, (self.n_members, self.n_goals, self.n_actions))
             logits = torch.cat([logits.unsqueeze(-3), logits.unsqueeze(-3) + offsets], -3).flatten(-3, -2)
         logp = logits.log_softmax(-1)
-        if self.floor <= 0:
-            return logp
-        # log((1 - floor) * softmax + floor / A), stably
-        return torch.logaddexp(logp + math.log1p(-self.floor), torch.full_like(logp, math.log(self.floor / self.n_actions)))
+        if self.floor > 0:  # log((1 - floor) * softmax + floor / A), stably
+            logp = torch.logaddexp(logp + math.log1p(-self.floor),
+                                   torch.full_like(logp, math.log(self.floor / self.n_actions)))
+        return logp, hidden
 
     def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
                      normed: bool = False) -> torch.Tensor:
@@ -120,7 +120,7 @@ class GoalPolicy(nn.Module):
         `normed_inputs(obs, target)`, computed earlier (obs is then not read)."""
         if normed is None:
             normed = self.normed_inputs(obs, target)
-        return self._log_probs(self._first_layer(normed, target, prev, normed=True))
+        return self._log_probs(self._first_layer(normed, target, prev, normed=True))[0]
 
     def normed_inputs(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The first layer's parameter-free part: the co-player's view (`view`), the observer's identity features
@@ -170,9 +170,7 @@ class GoalPolicy(nn.Module):
     def net(self, seen: torch.Tensor, target: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The network from the co-players' inputs (`coplayer_inputs`) -> (log pi [..., G, A], the last hidden
         layer [..., H])."""
-        hidden = []
-        logp = self._log_probs(self._first_layer(seen, target, prev), hidden)
-        return logp, hidden[0]
+        return self._log_probs(self._first_layer(seen, target, prev))
 
 
 def coplayer_seats(slots: torch.Tensor, n: int) -> torch.Tensor:
