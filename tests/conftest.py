@@ -1,4 +1,6 @@
 import os
+import shutil
+from pathlib import Path
 
 
 def _pin_worker_to_one_core() -> None:
@@ -15,7 +17,19 @@ def _pin_worker_to_one_core() -> None:
         os.sched_setaffinity(0, {cores[int(worker.removeprefix("gw")) % len(cores)]})
 
 
+def _quick_inductor_cxx() -> None:
+    """Inductor's generated C++ built at -O1 instead of -O3 (tests/cxx_quick says why the values are the same): set
+    through CXX, so the CLI runs and compile workers the tests start use it too. HYPERMAPPO_TEST_FULL_OPT=1 keeps -O3."""
+    if os.environ.get("HYPERMAPPO_TEST_FULL_OPT") == "1" or os.environ.get("HYPERMAPPO_TEST_REAL_CXX"):
+        return
+    real = os.environ.get("CXX") or shutil.which("g++")
+    if real and shutil.which("bash"):
+        os.environ["HYPERMAPPO_TEST_REAL_CXX"] = real
+        os.environ["CXX"] = str(Path(__file__).with_name("cxx_quick"))
+
+
 _pin_worker_to_one_core()
+_quick_inductor_cxx()
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402

@@ -270,7 +270,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 @needs_cxx
 @compiles(2)
-@pytest.mark.parametrize("actor", tiered(["mlp", "hyper-id", *EQUAL_TOO], {"mlp"}))
+@pytest.mark.parametrize("actor", tiered(["mlp", *EQUAL_TOO], {"mlp"}))
 def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """Same seed, 4 updates (of one mini-batch step each; three uneven ones for the MLP, two for the micro-batch
     variants): the sampled episodes, every logged loss and statistic, the evaluation and the final weights agree to
