@@ -6,7 +6,7 @@ PY = "src/hypermappo/compile/linear_act_norm.py"
 T = "tests/test_linear_act_norm.py"
 FWD = f"{T}::test_forward_is_the_product_then_the_act_norm_kernel"
 BWD = f"{T}::test_backward_is_the_product_then_the_act_norm_backward_kernel"
-IN_GRAPH = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-linear-act-norm]"
+IN_GRAPH = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[hyper-id-linear-act-norm-weight-grad]"
 PER_AGENT = f"{T}::test_per_agent_ops_are_the_shared_ops_per_agent"
 PER_AGENT_PASS = f"{T}::test_pass_fuses_both_directions_and_computes_the_same[per-agent]"
 
