@@ -347,6 +347,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
             torch.testing.assert_close(comp_ckpt["coplayer"]["model"][name], w, rtol=1e-4, atol=1e-5, msg=name)
         for name, w in eager_ckpt["coplayer"]["belief"].items():
             torch.testing.assert_close(comp_ckpt["coplayer"]["belief"][name], w, rtol=1e-4, atol=1e-4, msg=name)
+        # and a compiled belief run resumes exactly (its graphs' state: belief, correction weights, Adam moments;
+        # with any number of threads: test_the_goal_models_compiled_gradient_is_the_same_sum_whatever_the_threads)
+        from test_resume import resumed_from_update_2_matches
+
+        resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
     assert "compile_s" in comp_summary and comp_summary["compile_s"] >= 0
     assert comp_summary["compile"].startswith("compile: on (ppo.compile=on")
     assert "compile_s" not in eager_summary
@@ -722,3 +727,40 @@ def test_run_header_says_how_collection_runs(tmp_path, capsys, monkeypatch):
     assert "compile: on (ppo.compile=on" in out
     assert ("collection: one graph per step (policy forward, sampling, buffer writes, env step core); 8 steps per "
             "call where no episode can end") in out
+
+
+@needs_cxx
+def test_the_goal_models_compiled_gradient_is_the_same_sum_whatever_the_threads():
+    """The goal model's first layer reads its small table (co-player slot x previous action embeddings + bias) by
+    index. Compiled, F.embedding's gradient is a scatter-add whose parallel loop adds rows in the order threads reach
+    them: two compiled belief runs with two threads differed in the goal model's Adam moments (and so a resumed run
+    from the run it resumed). Inside a graph the rows are a product with the one-hot index instead, whose gradient is
+    a product too: no atomic add in the generated code, and the eager gradient's values."""
+    from torch._inductor.utils import run_and_get_code
+
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    torch.manual_seed(0)
+    model = GoalPolicy(obs_dim=6, n_slots=2, n_actions=3, n_goals=3, hidden=8, floor=0.0)
+    obs, target, prev = torch.randn(64, 6), torch.randint(2, (64,)), torch.randint(4, (64,))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def grads(ps, obs, target, prev):
+        def objective(ps):
+            return torch.func.functional_call(model, ps, (obs, target, prev)).square().sum()
+        return torch.func.grad(objective)(ps)
+
+    original = model.forward
+    model.forward = model._first_layer  # functional_call calls forward: the layer on its own here
+    try:
+        torch._dynamo.reset()
+        torch.set_num_threads(2)  # Inductor writes its loops for the threads it will run on (one: no parallel adds)
+        compiled, code = run_and_get_code(torch.compile(grads, dynamic=False), params, obs, target, prev)
+        eager = grads(params, obs, target, prev)
+    finally:
+        model.forward = original
+        torch.set_num_threads(1)
+    assert not any("atomic_add" in src for src in code)
+    assert compiled.keys() == eager.keys() and {"target_in.weight", "prev_in.weight", "obs_in.bias"} <= eager.keys()
+    for name, g in eager.items():
+        torch.testing.assert_close(compiled[name], g, rtol=1e-5, atol=1e-6, msg=name)

@@ -107,7 +107,14 @@ class GoalPolicy(nn.Module):
         activations instead of four)."""
         H = self.obs_in.out_features
         table = (self.target_in.weight[:, None] + self.prev_in.weight[None] + self.obs_in.bias).reshape(-1, H)
-        rows = F.embedding(target * (self.n_actions + 1) + prev, table)  # [..., H]
+        index = target * (self.n_actions + 1) + prev
+        if torch.compiler.is_compiling():
+            # the same rows as a product with the one-hot index (exact: one 1 per row): its gradient is a product
+            # too. F.embedding's gradient compiles to a scatter-add whose parallel loop adds rows in the order the
+            # threads reach them, so a compiled run with more than one thread was not the same run twice
+            rows = F.one_hot(index, table.shape[0]).to(table.dtype) @ table
+        else:
+            rows = F.embedding(index, table)  # [..., H]
         x = obs if normed else self.norm(obs * self.keep)
         if x.shape[:-1] != rows.shape[:-1]:  # one observation per observer, broadcast over its co-players
             return F.linear(x, self.obs_in.weight) + rows
