@@ -394,20 +394,21 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     # test below, whose compiled run compiles the mini-batch step too)
 
 
-COLLECT_ACTORS = {"mlp": (["actor=mlp"], 4),  # chunks of 4 steps (the run's 8: a graph twice the size, the same code)
-                  # the smoothness term's previous observation is a buffer row the graph writes too (chunks of 2: a
-                  # smaller graph to compile; the previous observation is still a row the chunk itself wrote)
-                  "hyper-obs-smooth": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"], 2)}
+# Hyper-MAPPO's observation context with the smoothness term, whose previous observation is a buffer row the graph
+# writes too: the graph holds every row an MLP's would and more (one variant: each compiles minutes of graphs on two
+# cores). Chunks of 2 steps (the run's 8: a graph four times the size, the same code); the previous observation of a
+# chunk's 2nd step is a row the chunk itself wrote.
+COLLECT_ACTORS = {"hyper-obs-smooth": (["actor=hyper", *LEAN_OBS, "hyper.attention_kernel=auto", "hyper.alpha=0.1"], 2)}
 
 
 @needs_cxx
 @compiles(3)
-@pytest.mark.parametrize("actor", tiered(COLLECT_ACTORS, {"mlp"}))
+@pytest.mark.parametrize("actor", list(COLLECT_ACTORS))
 def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
-    per step, and runs of 4 steps (2 for Hyper-MAPPO; a run's default is 8) in which no episode ends as one graph
-    call, give the eager run's rollout buffer (every row the graphs write and those written after the env step),
-    logged statistics and weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation
+    per step, and runs of 2 steps (a run's default is 8) in which no episode ends as one graph call, give the eager
+    run's rollout buffer (every row the graphs write and those written after the env step), logged statistics and
+    weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation
     bootstrap run between graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The
     compiled run then resumes exactly from its checkpoint of update 2, whose last step a single-step call made after
     the rollout's chunks (its graphs: from the cache)."""
@@ -433,15 +434,14 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
     (e_rows, e_sum, e_buf, e_graphs, _, e_ckpt), (c_rows, c_sum, c_buf, c_graphs, chunks, c_ckpt) = \
         runs["off"], runs["on"]
     assert (e_graphs, c_graphs) == (0, 3)  # the collection step, its chunk of steps and the mini-batch step
-    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 29 runs of 4 (64 of 2) without an end, among them ones
+    # 4 rollouts of 34 steps from episode step 0, 9, 18, 2: 64 runs of 2 without an end, among them ones
     # right after an episode's end (its reset mask set), ones over rows an earlier rollout ended at, and chances with
     # fewer steps than a chunk left before an end or before the rollout's (single steps there)
-    assert chunks == {4: 29, 2: 64}[chunk]
+    assert chunks == 64
     assert c_sum["collect"] == ("collection: one graph per step (policy forward, sampling, buffer writes, env step "
                                 f"core); {chunk} steps per call where no episode can end") and "collect" not in e_sum
     assert e_buf.keys() == c_buf.keys() and {"obs", "actions", "logp", "rewards", "dones", "reset"} <= e_buf.keys()
-    if actor == "hyper-obs-smooth":
-        assert "prev_obs" in e_buf
+    assert "prev_obs" in e_buf
     assert bool(e_buf["dones"].any()) and bool(e_buf["reset"][1:].any())  # episodes ended inside the rollout
     for name, value in e_buf.items():
         if value.dtype.is_floating_point:  # sums (returns, advantages) carry rounding of the field's scale
@@ -458,10 +458,9 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
             assert float(c[k]) == pytest.approx(float(e[k]), rel=1e-3, abs=1e-4), (k, e["update"])
     for name, w in e_ckpt["actor"].items():
         torch.testing.assert_close(c_ckpt["actor"][name], w, rtol=1e-4, atol=1e-5, msg=name)
-    if actor == "mlp":
-        from test_resume import resumed_from_update_2_matches
+    from test_resume import resumed_from_update_2_matches
 
-        resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
+    resumed_from_update_2_matches(cfg, tmp_path / "on", tmp_path / "resumed")
 
 
 def nan_reward_at_step_11(monkeypatch) -> None:
