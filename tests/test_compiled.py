@@ -408,10 +408,10 @@ def test_collection_graph_run_equals_the_eager_run(tmp_path, monkeypatch, actor)
     """MPE simple_spread, whose step splits into a core and an eager rest (collect_step.py): collection as one graph
     per step, and runs of 2 steps (a run's default is 8) in which no episode ends as one graph call, give the eager
     run's rollout buffer (every row the graphs write and those written after the env step), logged statistics and
-    weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation
-    bootstrap run between graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The
-    compiled run then resumes exactly from its checkpoint of update 2, whose last step a single-step call made after
-    the rollout's chunks (its graphs: from the cache)."""
+    weights. Rollouts of 34 steps cross the 25-step time limit: auto-resets and the truncation bootstrap run between
+    graph steps, and episodes start mid-rollout, so chunks start at other steps than 0. The compiled run then resumes
+    exactly from its checkpoint of update 2, whose last step a single-step call made after the rollout's chunks (its
+    graphs: from the cache)."""
     overrides, chunk = COLLECT_ACTORS[actor]
     monkeypatch.setattr(collect_step, "CHUNK", chunk)
     runs = {}
@@ -623,7 +623,7 @@ def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(t
     monkeypatch.setattr(mappo, "STEPS_PER_GRAPH", per_graph)
     ends = {}
     for mode in ("off", unrolled):
-        exp = Experiment(cfg_of("staghunt/default", [f"ppo.compile={'on' if mode == 'compiled' else 'off'}",
+        exp = Experiment(cfg_of("staghunt/default", ["ppo.compile=off",
                                                      f"rollout_length={15 if mini_batches == 6 else 10}",
                                                      "total_env_steps=120", "ppo.ppo_epoch=2",
                                                      f"ppo.num_mini_batch={mini_batches}", *ONE_LAYER]),
@@ -729,7 +729,7 @@ def test_run_header_says_how_collection_runs(tmp_path, capsys, monkeypatch):
 
 
 @needs_cxx
-def test_the_goal_models_compiled_gradient_is_the_same_sum_whatever_the_threads():
+def test_the_goal_models_compiled_gradient_is_the_same_sum_whatever_the_threads(monkeypatch):
     """The goal model's first layer reads its small table (co-player slot x previous action embeddings + bias) by
     index. Compiled, F.embedding's gradient is a scatter-add whose parallel loop adds rows in the order threads reach
     them: two compiled belief runs with two threads differed in the goal model's Adam moments (and so a resumed run
@@ -749,16 +749,11 @@ def test_the_goal_models_compiled_gradient_is_the_same_sum_whatever_the_threads(
             return torch.func.functional_call(model, ps, (obs, target, prev)).square().sum()
         return torch.func.grad(objective)(ps)
 
-    original = model.forward
-    model.forward = model._first_layer  # functional_call calls forward: the layer on its own here
-    try:
-        torch._dynamo.reset()
-        torch.set_num_threads(2)  # Inductor writes its loops for the threads it will run on (one: no parallel adds)
-        compiled, code = run_and_get_code(torch.compile(grads, dynamic=False), params, obs, target, prev)
-        eager = grads(params, obs, target, prev)
-    finally:
-        model.forward = original
-        torch.set_num_threads(1)
+    monkeypatch.setattr(model, "forward", model._first_layer)  # functional_call calls forward: the layer alone here
+    torch._dynamo.reset()
+    torch.set_num_threads(2)  # Inductor writes its loops for the threads it will run on (one: no parallel adds)
+    compiled, code = run_and_get_code(torch.compile(grads, dynamic=False), params, obs, target, prev)
+    eager = grads(params, obs, target, prev)
     assert not any("atomic_add" in src for src in code)
     assert compiled.keys() == eager.keys() and {"target_in.weight", "prev_in.weight", "obs_in.bias"} <= eager.keys()
     for name, g in eager.items():
