@@ -171,7 +171,9 @@ def test_steps_without_end_is_exact_and_carry_is_finish_without_a_reset():
     gives what `finish` gives."""
     env = SimpleSpreadVecEnv(3, max_cycles=7)
     env.reset(seed=0)
-    env.t.copy_(torch.tensor([0, 2, 5]))  # the env at step 5 ends first, at its 2nd next step
+    state = env.get_state()
+    state["t"] = torch.tensor([0, 2, 5])  # the env at step 5 ends first, at its 2nd next step
+    env.set_state(state)
     g = torch.Generator().manual_seed(1)
     seen = []
     for _ in range(30):

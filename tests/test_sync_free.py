@@ -92,12 +92,35 @@ def test_nonfinite_watch_finds_the_first_bad_element_of_the_first_bad_step():
     assert unravel(23, (3, 2, 4)) == [2, 1, 3]
 
 
-@pytest.mark.parametrize("preset", ["staghunt/default", "mpe/simple_spread"])
+def graphs_traced_not_compiled(monkeypatch) -> None:
+    """ppo.compile's graphs traced by Dynamo and run as traced (backend "eager"): the compiled path's Python (which
+    graph is called when, what runs between them) in seconds, without Inductor."""
+    import hypermappo.compile as compile_pkg
+    import hypermappo.experiment as experiment_mod
+    from hypermappo.compile import decision
+
+    def traced(fn, **_):
+        return torch.compile(fn, backend="eager", dynamic=False)
+
+    for module in (compile_pkg, decision, experiment_mod):
+        monkeypatch.setattr(module, "compile_fn", traced)
+
+
+@pytest.mark.parametrize("preset", ["staghunt/default", "mpe/simple_spread", "mpe/simple_spread compiled"])
 def test_no_device_value_is_read_during_the_rollouts_steps(tmp_path, monkeypatch, preset):
     """The default learner's collection: MAPPO's actor and critic, the env step (simple_spread's auto-reset with
-    masks), the rollout buffer, the truncation bootstrap, the checks; the reads at the rollout's end are few."""
+    masks), the rollout buffer, the truncation bootstrap, the checks; the reads at the rollout's end are few.
+    Compiled: the collection graph's steps and chunks of steps (their checks, and how many steps end no episode,
+    known on the host)."""
     monkeypatch.setenv(sync_free.VAR, "1")
-    exp = Experiment(config_mod.build_config(preset, [*TINY, "total_env_steps=360"]), tmp_path / "r", quiet=True)
+    preset, *compiled = preset.split()
+    overrides = [*TINY, "total_env_steps=360"]
+    if compiled:  # two episodes of 25 steps in the rollout
+        graphs_traced_not_compiled(monkeypatch)
+        overrides = [o for o in overrides if o.split("=")[0] not in ("ppo.compile", "rollout_length")] + [
+            "ppo.compile=on", "rollout_length=50"]
+    exp = Experiment(config_mod.build_config(preset, overrides), tmp_path / "r", quiet=True)
+    assert (exp.collect_graph is not None) == bool(compiled)
     exp._start_episodes()
     steps, end = DeviceReads(), DeviceReads()
     collect_steps = exp._collect_steps
@@ -111,6 +134,9 @@ def test_no_device_value_is_read_during_the_rollouts_steps(tmp_path, monkeypatch
         exp.collect()
     assert steps.seen == [], steps.seen
     assert 0 < len([r for r in end.seen if r not in steps.seen]) <= 12, end.seen  # read once per rollout
+    if compiled:  # steps 0-7, 8-15, 16-23 as chunks, 24 ends the episodes, then 25-32, 33-40, 41-48, and 49
+        assert exp.collect_graph.chunks_run == 6
+        assert exp.env._t_host.tolist() == exp.env.t.tolist() == [0] * 6
     exp.logger.close()
 
 
@@ -188,3 +214,75 @@ def test_a_nonfinite_reward_found_at_the_rollouts_end_is_named_as_the_per_step_c
     assert messages["0"] == messages["1"] == messages["1-later"]
     assert "non-finite reward (nan) from env 'mpe:simple_spread' at update 1, rollout step 11" in messages["0"]
     assert "env 1, agent slot 0" in messages["0"] and "(non-finite values: 3)" in messages["0"]
+
+
+def test_a_nonfinite_reward_inside_a_chunk_of_steps_is_named_as_the_per_step_check_names_it(tmp_path, monkeypatch):
+    """Sync-free collection through the collection graph's chunks (steps 8-15 hold the NaN of episode step 11): the
+    chunk's rewards, observations and states are recorded on the device step by step, and the run stops with the
+    message of the uncompiled per-step check."""
+    from test_compiled import nan_reward_at_step_11
+
+    nan_reward_at_step_11(monkeypatch)
+    messages = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv(sync_free.VAR, flag)
+        overrides = [*TINY, "total_env_steps=360"]
+        if flag == "1":
+            graphs_traced_not_compiled(monkeypatch)
+            overrides = [o for o in overrides if not o.startswith("ppo.compile")] + ["ppo.compile=on"]
+        exp = Experiment(config_mod.build_config("mpe/simple_spread", overrides), tmp_path / flag, quiet=True)
+        with pytest.raises(NonFiniteError) as error:
+            exp.run()
+        if flag == "1":
+            # found at the rollout's end: every chunk ran (the NaN in the 2nd)
+            assert exp.collect_graph.chunks_run == 3, exp.collect_graph.chunks_run
+        messages[flag] = str(error.value).replace(str(tmp_path / flag), "RUN_DIR")
+    assert messages["0"] == messages["1"]
+    assert "rollout step 11" in messages["0"] and "env 1, agent slot 0" in messages["0"]
+
+
+def test_watching_a_stack_of_steps_records_what_watching_each_step_records():
+    """The chunk path's record (NonFiniteWatch.watch_steps) finds the same first non-finite value as a `watch` per
+    step: the earliest step first, within a step the quantities in their order (an observation of step 2 before
+    a reward of step 3, a reward before an observation of the same step)."""
+    g = torch.Generator().manual_seed(1)
+    for bad in ([("obs", 2, (1, 0, 3)), ("reward", 3, (0, 1))], [("reward", 1, (2, 2)), ("obs", 1, (0, 0, 0))], []):
+        rewards, obs = torch.randn(4, 3, 3, generator=g), torch.randn(4, 3, 2, 5, generator=g)
+        for name, k, index in bad:
+            (rewards if name == "reward" else obs)[(k, *index)] = float("inf")
+        per_step, stacked = NonFiniteWatch(), NonFiniteWatch()
+        for k in range(4):
+            per_step.watch(10 + k, (("reward", rewards[k]), ("obs", obs[k])))
+        stacked.watch_steps(10, (("reward", rewards), ("obs", obs)))
+        assert stacked.entries == per_step.entries
+        assert torch.equal(torch.cat(stacked.rows), torch.cat(per_step.rows))
+        found = stacked.first()
+        assert found == per_step.first()
+        if bad:
+            name, k, index = min(bad, key=lambda b: (b[1], b[0] != "reward"))
+            assert found[:3] == (10 + k, name, list(index)), found
+        else:
+            assert found is None
+
+
+def test_simple_spreads_step_counts_on_the_host_follow_the_devices():
+    """How many steps end no episode is read from a host copy of the step counts: it follows the device's through
+    steps (both reset paths), chunks of steps (`carried`), resets and restored states."""
+    for flag in (False, True):
+        env = SimpleSpreadVecEnv(num_envs=4, device=torch.device("cpu"), max_cycles=7)
+        env.sync_free = flag
+        env.reset(seed=0)
+        for step in range(20):
+            if step % 5 == 3 and env.steps_without_end() >= 2:  # two steps as a chunk would run them
+                for _ in range(2):
+                    env.carry(*env._advance(torch.randint(0, 5, (4, 3))))
+                env.carried(2)
+            else:
+                env.step(torch.randint(0, 5, (4, 3)))
+            assert env._t_host.tolist() == env.t.tolist(), (flag, step)
+            assert env.steps_without_end() == 6 - int(env.t.max())
+        saved = env.get_state()
+        env.reset(seed=1)
+        assert env._t_host.tolist() == [0] * 4
+        env.set_state(saved)
+        assert env._t_host.tolist() == env.t.tolist() == saved["t"].tolist()

@@ -421,7 +421,9 @@ class Experiment:
         """Steps t .. t + CHUNK - 1 as one graph call (collect_step.py; no episode ends in them, so no resets,
         bootstraps or episode statistics); their rewards, observations and states checked as each step's are."""
         last, rewards, observations, states = self._env_call(lambda: self.collect_graph.chunk(t, s), t)
-        if not math.isfinite(float(rewards.sum() + observations.sum() + states.sum())):
+        if self.watch is not None:  # recorded on the device, read at the rollout's end
+            self.watch.watch_steps(t, (("reward", rewards), ("observation", observations), ("state", states)))
+        elif not math.isfinite(float(rewards.sum() + observations.sum() + states.sum())):
             for k in range(collect_step.CHUNK):  # the first step with a non-finite value, as the step-wise check
                 self._raise_if_nonfinite((("reward", rewards[k]), ("observation", observations[k]),
                                           ("state", states[k])), t + k)

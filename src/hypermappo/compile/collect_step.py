@@ -142,6 +142,7 @@ class CollectStep:
             self.chunk_index[t], s.obs, s.state, s.available_actions, s.active, L.reset_mask,
             L.prev_obs if L.store_prev_obs else None)
         self.chunks_run += 1
+        self.env.carried(CHUNK)
         L.reset_mask = reset
         L.prev_obs = observations[-2] if CHUNK > 1 else s.obs
         no_end = self.no_end

@@ -90,6 +90,9 @@ class SimpleSpreadVecEnv(VecEnv):
         self._pos = torch.zeros(N + L, 2, E, device=dev)  # [N + L, 2, E]: agents, then landmarks
         self._vel = torch.zeros(N, 2, E, device=dev)  # [N, 2, E]
         self.t = torch.zeros(E, dtype=torch.long, device=dev)  # [E] steps taken in the current episode
+        # the same counts on the host, moved on by the eager part of each step (`_finish`, `carried`): how many steps
+        # end no episode is then known without reading the device (steps_without_end, once per collection step)
+        self._t_host = np.zeros(E, dtype=np.int64)  # numpy: host arithmetic, no tensor op
         self.tracker = EpisodeTracker(E, N, dev)
         self.generator = torch.Generator(device=dev)
         self.generator.seed()  # unseeded reset() -> fresh randomness, like mpe2
@@ -201,6 +204,7 @@ class SimpleSpreadVecEnv(VecEnv):
             self.generator.manual_seed(seed)
         self._spawn(None)
         self.t.zero_()
+        self._t_host[:] = 0
         self.tracker.reset_all()
         obs, _, _ = self._observe()
         return self._start_step(obs)
@@ -242,8 +246,12 @@ class SimpleSpreadVecEnv(VecEnv):
         return self._finish(*self._advance(actions))
 
     def steps_without_end(self) -> int:
-        # the time limit is the only end (nobody dies): an env at step t ends at its (max_cycles - t)-th next step
-        return self.max_cycles - 1 - int(self.t.max())
+        # the time limit is the only end (nobody dies): an env at step t ends at its (max_cycles - t)-th next step;
+        # read from the host's copy of the counts (no device read: collection asks before every step)
+        return self.max_cycles - 1 - int(self._t_host.max())
+
+    def carried(self, steps: int) -> None:
+        self._t_host += steps
 
     def carry(self, final_obs, reward, truncated, ep_return, ep_length):
         E, N = self.num_envs, self.n_agents
@@ -253,6 +261,8 @@ class SimpleSpreadVecEnv(VecEnv):
     def _finish(self, final_obs, reward, truncated, ep_return, ep_length) -> EnvStep:
         """The rest of a step after `_advance`: auto-reset of the finished envs (a branch), the EnvStep."""
         N, E = self.n_agents, self.num_envs
+        self._t_host += 1  # as `_advance` moved `t` on; the envs that ended restart at 0, as below on the device
+        self._t_host[self._t_host >= self.max_cycles] = 0
         final_state = final_obs.reshape(E, -1).clone()  # [E, N * obs_dim]
         if self.sync_free:  # masks, no branch on the device's values (VecEnv.sync_free)
             self._respawn(truncated)
@@ -282,6 +292,7 @@ class SimpleSpreadVecEnv(VecEnv):
         self.agent_vel.copy_(state["agent_vel"])
         self.landmark_pos.copy_(state["landmark_pos"])
         self.t.copy_(state["t"])
+        self._t_host[:] = state["t"].cpu().numpy()
         self.generator.set_state(state["rng"])
         self.tracker.load_state_dict(state["tracker"])
         self._observe()  # refresh the cached agent-agent geometry

@@ -185,6 +185,10 @@ class VecEnv:
         `steps_without_end` promised ends no episode: `finish` without its auto-reset branch, traceable."""
         raise NotImplementedError(f"{type(self).__name__} has no carry (steps_without_end is None)")
 
+    def carried(self, steps: int) -> None:
+        """`steps` steps ran as `core` + `carry` inside a graph (collect_step.py): an env that keeps counts on the host
+        (for `steps_without_end`) moves them on here."""
+
     def close(self) -> None:
         pass
 

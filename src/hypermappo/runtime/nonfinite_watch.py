@@ -19,6 +19,15 @@ def bad_summary(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([bad.sum().to(torch.float64), first.to(torch.float64), value.to(torch.float64)])
 
 
+def bad_summaries(x: torch.Tensor) -> torch.Tensor:
+    """`bad_summary` of each x[k] of a [K, ...] stack at once: float64 [K, 3], on x's device."""
+    flat = x.reshape(x.shape[0], -1)
+    bad = ~torch.isfinite(flat)
+    first = bad.to(torch.uint8).argmax(1, keepdim=True)  # [K, 1]
+    value = flat.gather(1, first).squeeze(1)
+    return torch.stack([bad.sum(1).to(torch.float64), first.squeeze(1).to(torch.float64), value.to(torch.float64)], 1)
+
+
 def unravel(flat: int, shape: tuple[int, ...]) -> list[int]:
     index = []
     for size in reversed(shape):
@@ -38,6 +47,13 @@ class NonFiniteWatch:
         """(name, tensor) pairs of step t, in the order the per-step check looks at them."""
         self.rows.append(torch.stack([bad_summary(x) for _, x in quantities]))
         self.entries += [(t, name, tuple(x.shape)) for name, x in quantities]
+
+    def watch_steps(self, t: int, quantities) -> None:
+        """(name, [K, ...] tensor) pairs of steps t .. t + K - 1 stacked (a graph's chunk of steps): recorded as K
+        `watch` calls in step order would record them."""
+        rows = torch.stack([bad_summaries(x) for _, x in quantities], 1)  # [K, Q, 3]
+        self.rows.append(rows.reshape(-1, 3))
+        self.entries += [(t + k, name, tuple(x.shape[1:])) for k in range(rows.shape[0]) for name, x in quantities]
 
     def first(self) -> tuple[int, str, list[int], float, int] | None:
         """(step, quantity, index, value, count) of the first non-finite element recorded, or None; clears."""
