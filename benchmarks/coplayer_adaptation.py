@@ -78,6 +78,8 @@ VARIANTS = {
     # hindsight-labelled pairs (the learner's own, a frozen learner's) weighed 0.05 instead of 0.25 against a scripted
     # partner's own goal: do other hunters' ways to a goal blur the goal policies' account of a rule?
     "bayes-hw05": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hindsight_weight=0.05"]),
+    # the goal predicted as the goal pursued now: the belief times a read-out of the state (coplayer.goal_readout)
+    "bayes-goal-readout": ("actor: mlp", ["coplayer.enabled=true", "coplayer.goal_readout=state"]),
     "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),

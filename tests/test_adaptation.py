@@ -252,3 +252,22 @@ def test_a_goal_event_moves_the_belief_back_to_the_prior_by_event_reset():
 
 def _normalised_list(xs):
     return [x / sum(xs) for x in xs]
+
+
+def test_held_out_goal_predictions_are_the_goal_predictions_the_belief_made_before_the_move():
+    """`hypermappo adapt` scores the goal predictions of the belief's last `begin` (with coplayer.goal_readout=state
+    the goal pursued now, which may differ from the posterior's argmax), and the posterior before any."""
+    from types import SimpleNamespace
+
+    from hypermappo.adaptation import LearnerSide
+
+    posterior = torch.tensor([[[[0.6, 0.3, 0.1], [0.6, 0.3, 0.1]]]])  # [E, K, N, G]
+    now = torch.tensor([[[[0.2, 0.7, 0.1], [0.2, 0.7, 0.1]]]])
+    side = object.__new__(LearnerSide)
+    side.belief = SimpleNamespace(goal_probs=now, goal_log_b=lambda: posterior.log())
+    side.log_pred = torch.zeros(1, 1, 2, 4)
+    partner = torch.tensor([1])
+    assert side.prediction("goal", partner).tolist() == [[[1]]]
+    torch.testing.assert_close(side.goal_probs(partner), now[:, :, [1]])
+    side.belief.goal_probs = None  # no `begin` yet
+    assert side.prediction("goal", partner).tolist() == [[[0]]]

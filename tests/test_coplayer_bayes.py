@@ -480,3 +480,85 @@ def test_a_non_finite_coplayer_step_is_reported_with_its_step(tmp_path):
     exp.collect()
     with pytest.raises(NonFiniteError, match="co-player step 1$"):
         cp.update()
+
+
+# --------------------------------------------------------------------------- the goal read-out (goal_readout=state)
+
+
+def test_the_goal_pursued_now_is_the_belief_times_the_state_read_out_by_hand():
+    """current_goal: b = (0.7, 0.2, 0.1), q = (0.1, 0.6, 0.3) -> b q / sum = (0.07, 0.12, 0.03) / 0.22."""
+    from hypermappo.models.coplayer_goal import current_goal
+
+    got = current_goal(torch.tensor([0.7, 0.2, 0.1]).log(), torch.tensor([0.1, 0.6, 0.3]).log()).exp()
+    torch.testing.assert_close(got, torch.tensor([0.07, 0.12, 0.03]) / 0.22)
+
+
+@pytest.mark.parametrize("online_lr", [0.0, 2.0])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_with_the_goal_read_out_the_goal_predictions_are_the_belief_times_q_and_the_moves_are_unchanged(
+        online_lr, compiled):
+    """A belief over a model with the goal read-out: at the co-players' slots its goal predictions (what is scored
+    and fed to the policy) are current_goal(b, q(hidden)), the learner's own slot keeps b; the predicted moves and
+    the Bayes update are those of the same model without the read-out (eager and as the compiled learner's graph,
+    traced; with and without the online correction)."""
+    from hypermappo.models.coplayer_goal import GoalPolicy, current_goal
+
+    torch.manual_seed(0)
+    with_q = GoalPolicy(obs_dim=6, n_slots=3, n_actions=4, n_goals=3, hidden=8, floor=0.05, goal_readout=True)
+    without = GoalPolicy(obs_dim=6, n_slots=3, n_actions=4, n_goals=3, hidden=8, floor=0.05)
+    without.load_state_dict({k: v for k, v in with_q.state_dict().items() if not k.startswith("goal_out")})
+    beliefs = []
+    for model in (with_q, without):
+        b = GoalBelief(model, torch.tensor([0, 2]), 3, alpha=0.5, hazard=0.1, persistent=True, online_lr=online_lr)
+        if compiled:
+            b.graph = torch.compile(b.predict_from_views, backend="eager", dynamic=False)
+        b.start(2, "cpu")
+        beliefs.append(b)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        obs = torch.randn(2, 2, 6, generator=g)
+        moves = torch.randint(0, 4, (2, 3), generator=g)
+        outs, prev_seen = [], beliefs[0].prev.clone()
+        for b in beliefs:
+            with torch.no_grad():
+                features, log_pred = b.begin(obs)
+            outs.append((features, log_pred, b.goal_probs.clone(), b.log_b.clone()))
+            b.observe(moves, torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
+        (f1, p1, g1, b1), (f0, p0, g0, b0) = outs
+        torch.testing.assert_close(p1, p0, rtol=0, atol=0)  # the same moves predicted
+        torch.testing.assert_close(b1, b0, rtol=0, atol=0)  # the same posterior
+        torch.testing.assert_close(g0, b0.exp())  # without the read-out: the posterior
+        with torch.no_grad():
+            seen, target, prev = with_q.coplayer_inputs(obs, prev_seen, beliefs[0].slots)
+            _, hidden = with_q.net(seen, target, prev)
+            log_q = with_q.goal_log_q(hidden)  # [E, K, N - 1, G]
+        seat = coplayer_seats(torch.tensor([0, 2]), 3)
+        k = torch.arange(2).unsqueeze(-1)
+        torch.testing.assert_close(g1[:, k, seat], current_goal(b1[:, k, seat], log_q).exp())
+        torch.testing.assert_close(g1[:, 0, 0], b1[:, 0, 0].exp())  # the learners' own slots: the posterior
+        torch.testing.assert_close(g1[:, 1, 2], b1[:, 1, 2].exp())
+        assert not torch.allclose(g1, g0)
+        G = 3
+        assert torch.equal(f1[..., 3 * G:], f0[..., 3 * G:])  # the fed moves: the same
+        torch.testing.assert_close(f1[..., :3 * G].unflatten(-1, (3, G))[:, k, seat], g1[:, k, seat])
+
+
+def test_the_goal_read_out_is_trained_on_the_goal_labels(tmp_path):
+    """coplayer.goal_readout=state: each Adam step's loss adds the read-out's cross-entropy on the goal labels with
+    the samples' weights (checked by hand on a replay batch), the read-out's weights move, and its fit is logged."""
+    extra = [*BAYES, "coplayer.goal_readout=state", "diagnostics.audit_updates=0"]
+    exp = Experiment(_cfg(extra, steps=320), tmp_path / "r", quiet=True)
+    cp = exp.groups[0].learner.coplayer
+    before = cp.model.goal_out.weight.clone()
+    exp.run()
+    assert not torch.equal(before, cp.model.goal_out.weight)
+    rows = metrics_without_timing(tmp_path / "r")
+    assert 0 <= float(rows[-1]["coplayer_goal_fit_acc"]) <= 1 and float(rows[-1]["coplayer_goal_fit_loss"]) > 0
+    batch = {k: v[:64] for k, v in cp.replay.items()}
+    normed = cp.model.normed_inputs(batch["obs"].float(), batch["target"])
+    with torch.no_grad():
+        log_pi, hidden = cp.model.log_probs_and_hidden(None, batch["target"], batch["prev"], normed)
+        nll = -log_pi[torch.arange(64), batch["goal"], batch["action"]]
+        goal_nll = -cp.model.goal_log_q(hidden)[torch.arange(64), batch["goal"]]
+        w = torch.where(batch["known"], 1.0, cp.c.hindsight_weight)
+        torch.testing.assert_close(cp.step_loss(batch, normed), ((w * nll).sum() + (w * goal_nll).sum()) / w.sum())

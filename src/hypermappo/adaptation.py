@@ -340,7 +340,13 @@ class LearnerSide:
 
     def goal_probs(self, partner_slots: torch.Tensor) -> torch.Tensor | None:
         """The goal posterior about each partner slot before its move: [E, K, P, G] (None: no goal belief)."""
-        return None if self.belief is None else self.belief.goal_log_b()[:, :, partner_slots].exp()
+        return None if self.belief is None else self._goal_probs()[:, :, partner_slots]
+
+    def _goal_probs(self) -> torch.Tensor:
+        """[E, K, N, G]: the goal predictions of the belief's last `begin` (with coplayer.goal_readout=state the goal
+        pursued now, b(g) q(g | ...)); the posterior itself before any."""
+        probs = self.belief.goal_probs
+        return self.belief.goal_log_b().exp() if probs is None else probs
 
     def subgoal(self, partner_slots: torch.Tensor) -> torch.Tensor:
         """The subgoal model's decoded subgoal state of each partner slot, from its memory: [E, K, P, D]."""
@@ -349,7 +355,7 @@ class LearnerSide:
     def prediction(self, head: str, partner_slots: torch.Tensor) -> torch.Tensor | None:
         """The model's argmax prediction of each partner slot's action or goal: [E, K, P] (None: no such head)."""
         if self.belief is not None:
-            return (self.log_pred if head == "action" else self.belief.goal_log_b())[:, :, partner_slots].argmax(-1)
+            return (self.log_pred if head == "action" else self._goal_probs())[:, :, partner_slots].argmax(-1)
         logits = self.model.predict(self.memory).get(head)  # [E, K, N, A or G]
         return None if logits is None else logits[:, :, partner_slots].argmax(-1)
 

@@ -271,6 +271,12 @@ class CoplayerConfig:
                                         "goal a learned agent completes) relative to one whose goal a scripted "
                                         "partner's rule gives; a goal only hindsight labels show is still learnt "
                                         "from them alone", min=0.0, max=1.0)
+    goal_readout: str = opt("belief", "bayes: the goal predicted for a co-player (goal accuracy, calibration, the goal "
+                                      "posterior fed to the policy): belief = the posterior b(g) over the goal that "
+                                      "explains its moves so far; state = b(g) x q(g | o_i, j, a_prev) renormalised, "
+                                      "q a read-out of the goal network trained on the goal labels: which goal a "
+                                      "partner takes up now also depends on the state (a coin game's selfish player "
+                                      "goes for whichever coin is there)", choices=["belief", "state"])
     member_heads: bool = opt(False, "bayes: one more read-out of the goal policies per member of the training "
                                     "populations (learnt from that member's moves), and the belief over (member, "
                                     "goal) pairs, with a member-free read-out for partners never met: a training "
@@ -683,7 +689,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check("coplayer.goal_evidence", cp.online_lr > 0, "it chooses between corrected and uncorrected goal "
               "policies, and coplayer.online_lr=0 corrects none")
         for name in ("prior_weight", "hazard", "event_reset", "online_lr", "goal_evidence", "floor", "observe_actions",
-                     "view", "self_model", "member_heads",
+                     "view", "self_model", "member_heads", "goal_readout",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",

@@ -39,6 +39,7 @@ from hypermappo.models.coplayer_goal import (
     bayes_update,
     carry,
     coplayer_seats,
+    current_goal,
     goal_labels,
     one_hot_mask,
     predictive,
@@ -70,7 +71,7 @@ def build_goal_policy(cfg, env_spec) -> GoalPolicy:
     return GoalPolicy(env_spec.obs_dim, env_spec.num_agents, int(env_spec.action_space.n),
                       goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features,
                       env_spec.coplayer_view if c.view == "coplayer" else None,
-                      population_members(cfg) if c.member_heads else 0)
+                      population_members(cfg) if c.member_heads else 0, c.goal_readout == "state")
 
 
 def check_env(cfg, env_spec) -> None:
@@ -126,6 +127,8 @@ class GoalBelief:
         self.seat_k = torch.arange(slots.numel(), device=slots.device).unsqueeze(-1)  # [K, 1]: indexes [.., K, N - 1]
         self.log_b = self.prior = self.prev = self.log_pi = self.episode_index = self.counts = None
         self.goal_probs = None
+        # the goal read-out (coplayer.goal_readout=state): goal predictions b(g) q(g | o_i, j, a_prev)
+        self.readout = getattr(model, "goal_out", None) is not None
         # a compiled learner's belief (BayesCoplayer.compile): `predict_from_views` and `_observed` as graphs
         self.graph = self.observe_graph = None
 
@@ -160,8 +163,9 @@ class GoalBelief:
         counts = self.counts[:, self.seat_k, self.seat]  # [E, K, N - 1, A]
         if self.graph is None:
             self.h = self.raw = None
-            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, *(() if self.W is None else (self._correct,)))
-            out = self._predict(log_pi, self.raw, counts, self.log_b, features)
+            adjust = self._correct if self.W is not None else (self._keep_hidden if self.readout else None)
+            log_pi = self.model.coplayer_log_probs(obs, prev, self.slots, *(() if adjust is None else (adjust,)))
+            out = self._predict(log_pi, self.raw, counts, self.log_b, features, self.h if self.readout else None)
         else:  # a compiled learner: the views by their C kernel, the rest one graph (`predict_from_views`)
             seen, target, prev_seat = self.model.coplayer_inputs(obs, prev, self.slots)
             out, self.h = self.graph(seen, target, prev_seat, self.W, counts, self.log_b, features)
@@ -176,15 +180,17 @@ class GoalBelief:
         update)."""
         raw, h = self.model.net(seen, target, prev)
         log_pi = raw if W is None else self._corrected(raw, h, W)
-        return self._predict(log_pi, raw if W is not None else None, counts, log_b, features), h
+        return self._predict(log_pi, raw if W is not None else None, counts, log_b, features,
+                             h if self.readout else None), h
 
     def _predict(self, log_pi: torch.Tensor, raw: torch.Tensor | None, counts: torch.Tensor, log_b: torch.Tensor,
-                 features: bool):
+                 features: bool, hidden: torch.Tensor | None = None):
         """The co-players' goal policies log pi [E, K, N - 1, G, A] (corrected; `raw`: before the correction, None
         without one), their counted moves [E, K, N - 1, A] and the belief log b [E, K, N, H] -> (every hypothesis'
         policy [E, K, N - 1, H, A], the Bayes update's likelihoods (the same or the uncorrected ones), the predicted
         distribution [E, K, N - 1, A] (None without a correction, which alone needs it), log predicted action
-        [E, K, N, A], goal posterior [E, K, N, G], policy features or None)."""
+        [E, K, N, A], goal posterior [E, K, N, G], policy features or None). `hidden` [E, K, N - 1, H]: the goal
+        network's last hidden layer, with the goal read-out (the goal posterior is then `current_goal`'s)."""
         habit = ((counts + 1.0) / (counts.sum(-1, keepdim=True) + self.A)).log()
         hypotheses = torch.cat([self._named(log_pi), habit.unsqueeze(-2)], -2)  # "other": the moves counted
         evidence = hypotheses if (raw is None or self.corrected_evidence) else \
@@ -193,7 +199,11 @@ class GoalBelief:
         E, K = log_b.shape[0], self.seat.shape[0]
         log_pred = pred.new_full((E, K, self.N, self.A), -math.log(self.A)).scatter(  # own slots: uniform
             2, self.seat.view(1, K, -1, 1).expand_as(pred), pred)
-        goal_probs = self._goal_log_b(log_b).exp()
+        goal_log_b = self._goal_log_b(log_b)
+        if hidden is not None:  # the goal pursued now: b(g) q(g | o_i, j, a_prev), at the co-players' slots
+            now = current_goal(goal_log_b[:, self.seat_k, self.seat], self.model.goal_log_q(hidden))
+            goal_log_b = goal_log_b.scatter(2, self.seat.view(1, K, -1, 1).expand_as(now), now)
+        goal_probs = goal_log_b.exp()
         belief_features = None
         if features:  # (an actor that does not read the belief: only the prediction is scored)
             mask = self.others.unsqueeze(-1).to(log_b.dtype)  # [K, N, 1]
@@ -213,6 +223,11 @@ class GoalBelief:
             return log_b
         named = log_b[..., :-1].unflatten(-1, (1 + self.M, self.G - 1)).logsumexp(-2)
         return torch.cat([named, log_b[..., -1:]], -1)
+
+    def _keep_hidden(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """`coplayer_log_probs`' adjustment without a correction: the hidden layer kept (the goal read-out's input)."""
+        self.h = hidden.detach()
+        return log_pi
 
     def _correct(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """`coplayer_log_probs`' adjustment: the online correction (`_corrected`), the uncorrected log pi and the
@@ -327,7 +342,7 @@ class BayesCoplayer:
             torch.manual_seed(seed + SEED_OFFSET)
             self.model = build_goal_policy(cfg, env_spec).to(device)
         self.G, self.A = self.model.n_goals, self.model.n_actions
-        self.trains = c.action_weight > 0
+        self.trains = c.action_weight > 0 or c.goal_readout == "state"
         self.opt = adam(self.model.parameters(), device, lr=c.lr, eps=cfg.ppo.adam_eps)
         self.sampler = device_generator(seed + SEED_OFFSET + REPLAY_SEED_OFFSET, device)  # replay draws on the device
         self.fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
@@ -481,13 +496,19 @@ class BayesCoplayer:
 
     def _loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """`_losses`' action terms: ([B] cross-entropy, [B] argmax hit, member hits)."""
+        return self._losses(batch, normed)[:3]
+
+    def _losses(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None):
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B], member hits)
         (`normed`: the batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free
         read-out's cross-entropy plus, for a sample a population member played, that member's read-out's (the hit:
         the member-free read-out's, the fit to a partner never met; member hits: each member's samples scored by
-        its own read-out, None without member heads)."""
+        its own read-out, None without member heads). Then, with the goal read-out, its cross-entropy on the goal
+        label and its argmax hit ([B] each; None, None without)."""
         obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
-        log_pi = self.model.log_probs(obs, batch["target"], batch["prev"], normed)  # [B, G, A] ([B, (1+M) G, A])
+        # [B, G, A] ([B, (1+M) G, A]), [B, H]
+        log_pi, hidden = self.model.log_probs_and_hidden(obs, batch["target"], batch["prev"], normed)
         log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
         hit = log_pi_g.argmax(-1) == batch["action"]
@@ -499,14 +520,22 @@ class BayesCoplayer:
             own = -own_pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
             nll = nll + torch.where(member > 0, own, 0.0)
             member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
-        return nll, hit, member_hit
+        goal_nll = goal_hit = None
+        if self.model.goal_out is not None:
+            log_q = self.model.goal_log_q(hidden)  # [B, G]
+            goal_nll = -log_q.gather(1, batch["goal"].unsqueeze(-1)).squeeze(-1)
+            goal_hit = log_q.argmax(-1) == batch["goal"]
+        return nll, hit, member_hit, goal_nll, goal_hit
 
     def step_loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor) -> torch.Tensor:
-        """The loss of one Adam step on a replay mini-batch: the weighted mean cross-entropy of `_loss`, a goal known
-        from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`."""
-        nll, _, _ = self._loss(batch, normed)
+        """The loss of one Adam step on a replay mini-batch: the weighted mean cross-entropy of `_losses`, a goal known
+        from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`; with the goal
+        read-out, its cross-entropy on the goal labels added with the same weights."""
+        nll, _, _, goal_nll, _ = self._losses(batch, normed)
         w = torch.where(batch["known"], 1.0, self.c.hindsight_weight)
-        return self.c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
+        if goal_nll is None:
+            return self.c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
+        return (self.c.action_weight * (w * nll).sum() + (w * goal_nll).sum()) / w.sum().clamp(min=1e-8)
 
     def _online_metrics(self, label: torch.Tensor) -> dict[str, torch.Tensor]:
         """The belief's predictions made during the rollout, scored against what the co-players did."""
@@ -548,8 +577,11 @@ class BayesCoplayer:
             n = fresh["target"].numel()
             if n:  # on every k-th pair, at most FIT_SAMPLES spread over the rollout: a metric, not worth a full pass
                 every = -(-n // FIT_SAMPLES)
-                nll, hit, member_hit = self._loss({k: v[::every] for k, v in fresh.items()})
+                nll, hit, member_hit, goal_nll, goal_hit = self._losses({k: v[::every] for k, v in fresh.items()})
                 metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
+                if goal_nll is not None:  # the goal read-out on the new rollout's labels, before training
+                    metrics["coplayer_goal_fit_loss"] = goal_nll.mean()
+                    metrics["coplayer_goal_fit_acc"] = goal_hit.float().mean()
                 if member_hit is not None and member_hit.numel():  # each member by its own read-out
                     metrics["coplayer_fit_acc_member"] = member_hit.float().mean()
             metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))

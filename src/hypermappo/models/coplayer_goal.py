@@ -13,7 +13,8 @@ agent slots, goals) updated in log space after every observed action:
     b_t     <- (1 - h) b_t + h * prior                                          (`switch`: a goal change, hazard h)
 
 and carried into the next episode as its prior, `alpha * prior + (1 - alpha) * posterior` (`carry`). Predictions:
-the partner's next action `sum_g b(g) pi(a | ..., g)` (`predictive`), its goal `argmax_g b(g)`.
+the partner's next action `sum_g b(g) pi(a | ..., g)` (`predictive`), its goal `argmax_g b(g)`, or with the goal
+read-out `argmax_g b(g) q(g | o_i, j, a_prev)` (`current_goal`).
 The pure functions below are the whole Bayes arithmetic (tested against hand-computed updates); the class is
 the network.
 """
@@ -47,6 +48,12 @@ def carry(prior: torch.Tensor, log_posterior: torch.Tensor, alpha: float) -> tor
     return alpha * prior + (1.0 - alpha) * log_posterior.exp()
 
 
+def current_goal(goal_log_b: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """The goal pursued now: log b [..., G] (which goal explains the partner's moves) + log q [..., G] (which goal a
+    partner takes up in this state), renormalised -> log probabilities [..., G]."""
+    return (goal_log_b + log_q).log_softmax(-1)
+
+
 def predictive(log_belief: torch.Tensor, log_pi: torch.Tensor) -> torch.Tensor:
     """log b [..., G], log pi [..., G, A] -> log p(a) = log sum_g b(g) pi(a | g): [..., A]."""
     return (log_belief.unsqueeze(-1) + log_pi).logsumexp(-2)
@@ -59,7 +66,8 @@ class GoalPolicy(nn.Module):
     a_prev]), so the observation's product is computed once per learner agent, not once per co-player."""
 
     def __init__(self, obs_dim: int, n_slots: int, n_actions: int, n_goals: int, hidden: int, floor: float,
-                 identity_features: list[int] | None = None, view=None, n_members: int = 0):
+                 identity_features: list[int] | None = None, view=None, n_members: int = 0,
+                 goal_readout: bool = False):
         super().__init__()
         # EnvSpec.coplayer_view or None: co-player j's behaviour is read from j's own position (its view, as far as
         # the observer's observation shows it), so one goal policy serves every seat, the learner's own included
@@ -84,6 +92,10 @@ class GoalPolicy(nn.Module):
         if self.member_out is not None:  # every member starts as the member-free read-out
             nn.init.zeros_(self.member_out.weight)
             nn.init.zeros_(self.member_out.bias)
+        # goal read-out (coplayer.goal_readout=state): q(g | o_i, j, a_prev) [..., G] from the same last hidden layer,
+        # trained on the goal labels: which goal the co-player pursues now, from what the observer sees (made last:
+        # the other layers' initial weights are those of a model without it)
+        self.goal_out = nn.Linear(hidden, n_goals) if goal_readout else None
 
     def _log_probs(self, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The first layer's output -> (log pi [..., G, A], the last hidden layer [..., H], for a caller's own
@@ -98,6 +110,10 @@ class GoalPolicy(nn.Module):
             logp = torch.logaddexp(logp + math.log1p(-self.floor),
                                    torch.full_like(logp, math.log(self.floor / self.n_actions)))
         return logp, hidden
+
+    def goal_log_q(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The goal read-out's log q(g | o_i, j, a_prev) [..., G] from the last hidden layer (`goal_out`)."""
+        return self.goal_out(hidden).log_softmax(-1)
 
     def _first_layer(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
                      normed: bool = False) -> torch.Tensor:
@@ -125,9 +141,14 @@ class GoalPolicy(nn.Module):
         """obs [B, D], target [B] co-player slots relative to the observer, prev [B] previous actions (A: none)
         -> log pi [B, G, A] (with member heads: [B, (1 + M) * G, A], the member-free read-out first). `normed`:
         `normed_inputs(obs, target)`, computed earlier (obs is then not read)."""
+        return self.log_probs_and_hidden(obs, target, prev, normed)[0]
+
+    def log_probs_and_hidden(self, obs: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
+                             normed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`log_probs` and the last hidden layer [B, H] (the goal read-out's input)."""
         if normed is None:
             normed = self.normed_inputs(obs, target)
-        return self._log_probs(self._first_layer(normed, target, prev, normed=True))[0]
+        return self._log_probs(self._first_layer(normed, target, prev, normed=True))
 
     def normed_inputs(self, obs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The first layer's parameter-free part: the co-player's view (`view`), the observer's identity features
