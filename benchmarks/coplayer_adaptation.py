@@ -469,7 +469,8 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
 
 def paired_lines(per: dict) -> list[str]:
     """Each variant minus `bayes` on the same seed and held-out partner (the same trained partners and draws):
-    held-out action accuracy, and the in-distribution accuracy against the frozen learner, with bootstrap CIs."""
+    held-out action and goal accuracy, and the in-distribution accuracy against the frozen learner, with bootstrap
+    CIs (a fold whose goal accuracy is undefined, no labelled step, is left out of that line)."""
     if "bayes" not in per:
         return []
     base = {(r["seed"], r["held_out"]): r for r in per["bayes"]}
@@ -478,10 +479,12 @@ def paired_lines(per: dict) -> list[str]:
         if v == "bayes":
             continue
         for key, what in (("action_acc", "held-out action accuracy"),
+                          ("goal_acc_from5", "held-out goal accuracy from step 5"),
                           ("seen_learned_acc", "in-distribution accuracy against the frozen learner")):
             d = np.array([r[key] - base[(r["seed"], r["held_out"])][key] for r in rows
                           if (r["seed"], r["held_out"]) in base and key in r
                           and key in base[(r["seed"], r["held_out"])]], dtype=float)
+            d = d[np.isfinite(d)]
             if d.size > 1:
                 lo, hi = _bootstrap_ci(d)
                 lines.append(f"- {v} minus bayes, {what}: {d.mean():+.3f} (95% bootstrap CI {lo:+.3f} to {hi:+.3f}, "
@@ -490,7 +493,7 @@ def paired_lines(per: dict) -> list[str]:
 
 
 def inference_report(args, seeds: list[int]) -> None:
-    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "gru") if v in VARIANTS]
+    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "bayes-goal-readout", "gru") if v in VARIANTS]
     lines, out_json = [], {}
     for game in args.games:
         per = {v: inference_rows(game, v, args, seeds) for v in models}

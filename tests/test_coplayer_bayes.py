@@ -486,11 +486,15 @@ def test_a_non_finite_coplayer_step_is_reported_with_its_step(tmp_path):
 
 
 def test_the_goal_pursued_now_is_the_belief_times_the_state_read_out_by_hand():
-    """current_goal: b = (0.7, 0.2, 0.1), q = (0.1, 0.6, 0.3) -> b q / sum = (0.07, 0.12, 0.03) / 0.22."""
+    """current_goal: b = (0.7, 0.2, 0.1) over (goal 1, goal 2, other), q = (0.1, 0.6, 0.3): "other" keeps 0.1, the
+    named goals share 0.9 as 0.7 x 0.1 : 0.2 x 0.6 = 0.07 : 0.12."""
     from hypermappo.models.coplayer_goal import current_goal
 
     got = current_goal(torch.tensor([0.7, 0.2, 0.1]).log(), torch.tensor([0.1, 0.6, 0.3]).log()).exp()
-    torch.testing.assert_close(got, torch.tensor([0.07, 0.12, 0.03]) / 0.22)
+    torch.testing.assert_close(got, torch.tensor([0.9 * 0.07 / 0.19, 0.9 * 0.12 / 0.19, 0.1]))
+    # a partner whose moves no goal explains stays "other" whatever the state's read-out says
+    got = current_goal(torch.tensor([0.02, 0.02, 0.96]).log(), torch.tensor([0.9, 0.09, 0.01]).log()).exp()
+    assert got.argmax() == 2 and torch.isclose(got.sum(), torch.tensor(1.0))
 
 
 @pytest.mark.parametrize("online_lr", [0.0, 2.0])

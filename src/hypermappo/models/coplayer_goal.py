@@ -14,7 +14,7 @@ agent slots, goals) updated in log space after every observed action:
 
 and carried into the next episode as its prior, `alpha * prior + (1 - alpha) * posterior` (`carry`). Predictions:
 the partner's next action `sum_g b(g) pi(a | ..., g)` (`predictive`), its goal `argmax_g b(g)`, or with the goal
-read-out `argmax_g b(g) q(g | o_i, j, a_prev)` (`current_goal`).
+read-out the named goals' share of b in proportion to b(g) q(g | o_i, j, a_prev) (`current_goal`).
 The pure functions below are the whole Bayes arithmetic (tested against hand-computed updates); the class is
 the network.
 """
@@ -49,9 +49,13 @@ def carry(prior: torch.Tensor, log_posterior: torch.Tensor, alpha: float) -> tor
 
 
 def current_goal(goal_log_b: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """The goal pursued now: log b [..., G] (which goal explains the partner's moves) + log q [..., G] (which goal a
-    partner takes up in this state), renormalised -> log probabilities [..., G]."""
-    return (goal_log_b + log_q).log_softmax(-1)
+    """The goal pursued now, log probabilities [..., G] from the belief log b [..., G] (which goal explains the
+    partner's moves) and the read-out log q [..., G] (which goal a partner takes up in this state): "other" (the last
+    goal: moves no goal explains, a kind of partner rather than a target) keeps its posterior b(other); the named
+    goals share the rest in proportion to b(g) q(g). (A product over every goal would let the training partners'
+    states outvote the moves of a partner unlike them: a random mover is "other" whatever the state.)"""
+    named = (goal_log_b[..., :-1] + log_q[..., :-1]).log_softmax(-1) + goal_log_b[..., :-1].logsumexp(-1, keepdim=True)
+    return torch.cat([named, goal_log_b[..., -1:]], -1)
 
 
 def predictive(log_belief: torch.Tensor, log_pi: torch.Tensor) -> torch.Tensor:
