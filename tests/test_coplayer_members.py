@@ -103,7 +103,7 @@ def test_member_heads_learn_each_members_own_way_and_the_belief_names_the_member
         cp.update()
     test = {k: torch.cat([a, b]) for (k, a), b in zip(samples(200, 1).items(), samples(200, 2).values())}
     with torch.no_grad():
-        _, free, member = cp._loss(test)
+        _, free, member, _, _ = cp._losses(test)
     free_hit, member_hit = free.float().mean().item(), member.float().mean().item()
     assert member_hit > 0.9 and free_hit < 0.65, (member_hit, free_hit)
 

@@ -494,11 +494,6 @@ class BayesCoplayer:
         self.replay_pos = (self.replay_pos + n) % cap
         self.replay_fill = min(cap, self.replay_fill + n)
 
-    def _loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """`_losses`' action terms: ([B] cross-entropy, [B] argmax hit, member hits)."""
-        return self._losses(batch, normed)[:3]
-
     def _losses(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None):
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B], member hits)
         (`normed`: the batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free

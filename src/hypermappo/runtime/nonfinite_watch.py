@@ -10,21 +10,13 @@ from __future__ import annotations
 import torch
 
 
-def bad_summary(x: torch.Tensor) -> torch.Tensor:
-    """[count of non-finite elements, flat index of the first (0 if none), its value] as float64 [3], on x's device."""
-    flat = x.reshape(-1)
-    bad = ~torch.isfinite(flat)
-    first = bad.to(torch.uint8).argmax()  # the first maximum: the first non-finite element
-    value = flat.index_select(0, first.view(1)).squeeze(0)  # not flat[first]: a tensor index is read on the host
-    return torch.stack([bad.sum().to(torch.float64), first.to(torch.float64), value.to(torch.float64)])
-
-
 def bad_summaries(x: torch.Tensor) -> torch.Tensor:
-    """`bad_summary` of each x[k] of a [K, ...] stack at once: float64 [K, 3], on x's device."""
+    """Per x[k] of a [K, ...] stack: [count of non-finite elements, flat index of the first (0 if none), its value]
+    as float64 [K, 3], on x's device."""
     flat = x.reshape(x.shape[0], -1)
     bad = ~torch.isfinite(flat)
-    first = bad.to(torch.uint8).argmax(1, keepdim=True)  # [K, 1]
-    value = flat.gather(1, first).squeeze(1)
+    first = bad.to(torch.uint8).argmax(1, keepdim=True)  # [K, 1] the first maximum: the first non-finite element
+    value = flat.gather(1, first).squeeze(1)  # not flat[first]: a tensor index is read on the host
     return torch.stack([bad.sum(1).to(torch.float64), first.squeeze(1).to(torch.float64), value.to(torch.float64)], 1)
 
 
@@ -45,8 +37,7 @@ class NonFiniteWatch:
 
     def watch(self, t: int, quantities) -> None:
         """(name, tensor) pairs of step t, in the order the per-step check looks at them."""
-        self.rows.append(torch.stack([bad_summary(x) for _, x in quantities]))
-        self.entries += [(t, name, tuple(x.shape)) for name, x in quantities]
+        self.watch_steps(t, [(name, x.unsqueeze(0)) for name, x in quantities])
 
     def watch_steps(self, t: int, quantities) -> None:
         """(name, [K, ...] tensor) pairs of steps t .. t + K - 1 stacked (a graph's chunk of steps): recorded as K
