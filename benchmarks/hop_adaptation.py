@@ -120,9 +120,21 @@ def budget(args, seed: int) -> list[str]:
     return [f"seed={seed}", f"total_env_steps={args.steps}", f"num_envs={args.num_envs}"]
 
 
-def folds(game: str, protocol: str) -> dict:
-    """{fold: (the focal learner's training members, the held-out co-player)} of a protocol."""
+GRID_RULES = ("staghunt_stag", "staghunt_hare", "staghunt_follow", "coin_cooperative", "coin_selfish")
+
+
+def zoo_of(game: str, zoo_path: str = "larger") -> dict:
+    """The game's training zoo; `zoo_path=any`: its grid rules take every shortest way to their target
+    (`path=any`) instead of one fixed habit (see ZOO_PATHS)."""
     zoo = GAMES[game]["zoo"]
+    if zoo_path == "larger":
+        return zoo
+    return {n: (f"{m}@path={zoo_path}" if m.split("@")[0] in GRID_RULES else m) for n, m in zoo.items()}
+
+
+def folds(game: str, protocol: str, zoo_path: str = "larger") -> dict:
+    """{fold: (the focal learner's training members, the held-out co-player)} of a protocol."""
+    zoo = zoo_of(game, zoo_path)
     if protocol == "variants":
         return {name: (list(zoo.values()), member) for name, member in GAMES[game]["held_out"].items()}
     return {name: ([m for n, m in zoo.items() if n != name], zoo[name]) for name in zoo if name != "random"}
@@ -136,7 +148,7 @@ def oracle_run(game: str, fold: str, seed: int, args) -> Path:
     run_dir = _runs(args, game) / f"oracle_{fold}_s{seed}"
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
-        train(game, [folds(game, args.protocol)[fold][1]], budget(args, seed), run_dir)
+        train(game, [folds(game, args.protocol, args.zoo_path)[fold][1]], budget(args, seed), run_dir)
     return run_dir
 
 
@@ -152,7 +164,7 @@ def focal_train(game: str, variant: str, fold: str, seed: int, args) -> Path:
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
         t = time.time()
-        train(game, folds(game, args.protocol)[fold][0], [*VARIANTS[variant], *budget(args, seed)], run_dir)
+        train(game, folds(game, args.protocol, args.zoo_path)[fold][0], [*VARIANTS[variant], *budget(args, seed)], run_dir)
         print(f"[trained] {game} {variant} {run_dir.name}: {time.time() - t:.0f}s", flush=True)
     return run_dir
 
@@ -163,7 +175,7 @@ def focal_eval(game: str, variant: str, fold: str, seed: int, args) -> Path:
     out = run_dir / f"heldout_{fold}"
     if (out / "adaptation.json").exists():
         return run_dir
-    mix = "+".join([f"scripted:{folds(game, args.protocol)[fold][1]}"] * len(GAMES[game]["coplayers"]))
+    mix = "+".join([f"scripted:{folds(game, args.protocol, args.zoo_path)[fold][1]}"] * len(GAMES[game]["coplayers"]))
     cmd = [sys.executable, "-m", "hypermappo.cli", "adapt", str(run_dir), "--held-out", "--partners", mix,
            "--oracles", str(oracle_run(game, fold, seed, args)), "--episodes", str(args.k), "--num-envs",
            str(args.eval_envs), "--memory",
@@ -179,7 +191,7 @@ def collect(game: str, args, seeds: list[int]) -> dict:
         for memory in (True, False):
             curves, pairs, bounds, raw, steps, subgoal_hits = [], [], [], [], [], []
             for seed in seeds:
-                for fold in folds(game, args.protocol):
+                for fold in folds(game, args.protocol, args.zoo_path):
                     path = focal_dir(game, variant, fold, seed, args) / f"heldout_{fold}" / "adaptation.json"
                     if not path.exists():
                         continue
@@ -202,6 +214,36 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     return out
 
 
+def baseline_lines(game: str, data: dict, args, seeds: list[int]) -> list[str]:
+    """Paired (seed, fold) differences from the same variants trained against the zoo of one-habit rules
+    (--baseline-runs, --zoo-path larger) and evaluated against the same held-out co-players, memory on: the
+    belief's recognition in episodes 1 and K, the normalised return in episodes 1, 3 and K."""
+    base = collect(game, argparse.Namespace(**{**vars(args), "runs": args.baseline_runs, "zoo_path": "larger"}), seeds)
+    lines = []
+    for variant, per in data.items():
+        new, old = per.get(True), base.get(variant, {}).get(True)
+        if not (new and old):
+            continue
+        common = sorted(set(map(tuple, new["pairs"])) & set(map(tuple, old["pairs"])))
+        if not common:
+            continue
+
+        def pick(d: dict, key: str, common=common) -> np.ndarray:  # [pairs, K], in `common`'s order
+            return np.array([d[key][list(map(tuple, d["pairs"])).index(p)] for p in common], dtype=float)
+
+        cells = []
+        for key, what in (("recognised", "settles on the goal"), ("curves", "normalised return")):
+            if any(x is None for d in (new, old) for x in d[key]):
+                continue
+            a, b = pick(new, key), pick(old, key)
+            for k in sorted({0, min(2, args.k - 1), args.k - 1} if key == "curves" else {0, args.k - 1}):
+                d = paired_difference(a[:, k], b[:, k])
+                cells.append(f"{what} ep {k + 1} {d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
+        lines.append(f"- {variant}, memory on, zoo of every shortest way minus zoo of one habit (same seeds, folds and "
+                     f"oracles, {len(common)} pairs): " + "; ".join(cells))
+    return lines
+
+
 def _cell(summary: dict, k: int) -> str:
     lo, hi = summary["iqm_ci"][k]
     return f"{summary['iqm'][k]:.2f} [{lo:.2f}, {hi:.2f}]"
@@ -219,7 +261,7 @@ def report(args, seeds: list[int]) -> None:
                          for v, per in data.items()}
         head = " | ".join(f"ep {k + 1}" + (" (K)" if k == K - 1 else "") for k in shown)
         lines += [f"### {GAMES[game]['preset']}: normalised held-out return (IQM [95% CI] over seeds x folds; "
-                  f"held out: {PROTOCOLS[args.protocol]}, folds {', '.join(folds(game, args.protocol))})", "",
+                  f"held out: {PROTOCOLS[args.protocol]}, folds {', '.join(folds(game, args.protocol, args.zoo_path))})", "",
                   f"| variant | memory | {head} | ep K - ep 1 (mean, 95% CI) | runs with a scale |",
                   "|---|---|" + "---|" * len(shown) + "---|---|"]
         for variant, per in results[game].items():
@@ -259,9 +301,13 @@ def report(args, seeds: list[int]) -> None:
                 d = per.get(memory)
                 if d and d["recognised"] and all(r is not None for r in d["recognised"]):
                     rec = np.array(d["recognised"], dtype=float)  # [runs, K]
+                    gain = paired_difference(rec[:, -1], rec[:, 0])
                     lines.append(f"- {variant}, memory {'on' if memory else 'off'}: fraction of episodes in which the "
                                  f"belief settles on the held-out co-players' true goal, episode 1 "
-                                 f"{np.nanmean(rec[:, 0]):.2f}, episode K {np.nanmean(rec[:, -1]):.2f}")
+                                 f"{np.nanmean(rec[:, 0]):.2f}, episode K {np.nanmean(rec[:, -1]):.2f} (K - 1: "
+                                 f"{gain['mean']:+.3f}, 95% CI {gain['ci'][0]:+.3f} to {gain['ci'][1]:+.3f})")
+        if args.baseline_runs:
+            lines += baseline_lines(game, data, args, seeds)
         bounds = [b for per in data.values() for d in per.values() for b in d["bounds"]]
         unresolved = sorted({f"{f} (seed {sd})" for per in data.values() for d in per.values()
                              for (sd, f), b in zip(d["pairs"], d["bounds"]) if not scale_is_resolved(b)})
@@ -272,7 +318,7 @@ def report(args, seeds: list[int]) -> None:
         lines += ["", "Episode returns of the focal seat per held-out co-player (mean over seeds), memory on:", "",
                   "| fold | random | oracle | " + " | ".join(f"{v} ep {k + 1}" for v in data for k in (0, K - 1))
                   + " |", "|---|---|---|" + "---|" * (2 * len(data))]
-        for fold in folds(game, args.protocol):
+        for fold in folds(game, args.protocol, args.zoo_path):
             cells, lower, upper = [], [], []
             for per in data.values():
                 d = per.get(True) or next(iter(per.values()))
@@ -295,12 +341,13 @@ def report(args, seeds: list[int]) -> None:
               f"{','.join(args.games)} --protocol {args.protocol} --variants {','.join(args.variants)} --seeds "
               f"{','.join(map(str, seeds))} "
               f"--steps {args.steps} --num-envs "
-              f"{args.num_envs} --k {K} --eval-envs {args.eval_envs}`; {cpu}. {args.note}".rstrip()]
+              f"{args.num_envs} --k {K} --eval-envs {args.eval_envs}"
+              + (f" --zoo-path {args.zoo_path}" if args.zoo_path != "larger" else "") + f"`; {cpu}. {args.note}".rstrip()]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps({"meta": {"games": args.games, "seeds": seeds, "steps": args.steps,
-                                                             "protocol": args.protocol,
+                                                             "protocol": args.protocol, "zoo_path": args.zoo_path,
                                                              "num_envs": args.num_envs, "K": K, "zoo": GAMES,
                                                              "variants": VARIANTS},
                                                     "results": results}, indent=1))
@@ -349,6 +396,11 @@ def main() -> None:
     p.add_argument("--protocol", default="variants", choices=sorted(PROTOCOLS),
                    help="variants (default): held-out co-players pursue the zoo's goals by moves of their own; "
                         "types: leave one goal-directed type of the zoo out")
+    p.add_argument("--zoo-path", default="larger", choices=["larger", "any"],
+                   help="the zoo's grid rules walk by one habit (larger: along the larger gap) or by every "
+                        "shortest way at random (any)")
+    p.add_argument("--baseline-runs", help="runs of the same variants trained against the one-habit zoo "
+                                           "(--zoo-path larger): paired differences in the table's notes")
     p.add_argument("--steps", type=int, default=300_000, help="training env steps per run (focal and oracle)")
     p.add_argument("--num-envs", type=int, default=64)
     p.add_argument("--k", type=int, default=10, help="consecutive held-out episodes")
@@ -375,13 +427,13 @@ def main() -> None:
         # directory once), then the held-out evaluations
         with ThreadPoolExecutor(args.workers) as pool:
             for s in seeds:
-                jobs = [(oracle_run, (g, f, s, args)) for g in args.games for f in folds(g, args.protocol)]
+                jobs = [(oracle_run, (g, f, s, args)) for g in args.games for f in folds(g, args.protocol, args.zoo_path)]
                 focal = {focal_dir(g, v, f, s, args): (focal_train, (g, v, f, s, args))
-                         for g in args.games for v in args.variants for f in folds(g, args.protocol)}
+                         for g in args.games for v in args.variants for f in folds(g, args.protocol, args.zoo_path)}
                 list(pool.map(lambda job: job[0](*job[1]), [*focal.values(), *jobs]))
                 list(pool.map(lambda job: focal_eval(*job, args),
                               [(g, v, f, s) for g in args.games for v in args.variants
-                               for f in folds(g, args.protocol)]))
+                               for f in folds(g, args.protocol, args.zoo_path)]))
     report(args, seeds)
 
 

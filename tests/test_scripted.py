@@ -67,6 +67,22 @@ def test_a_grid_rules_path_changes_its_moves_not_its_goal():
         get_scripted("staghunt_hare")(step, ctx)
 
 
+def test_path_any_takes_either_shortest_move_at_random_and_only_shortest_ones():
+    """path=any: with both gaps open, down or right about half the time each, drawn from the seeded generator
+    (the same seed, the same moves); with one gap closed, only the move that closes the other; the goal unchanged."""
+    E = 400
+    env, step = staghunt([[[0, 0], [4, 0]]] * E, [[[4, 4], [2, 3], [4, 2]]] * E)
+    moves = act("staghunt_hare", env, step, [0, 1], seed=3, path="any")
+    share_down = (moves[:, 0] == DOWN).float().mean().item()
+    assert set(moves[:, 0].tolist()) == {DOWN, RIGHT} and 0.4 < share_down < 0.6
+    assert (moves[:, 1] == RIGHT).all()  # same row as its hare: the only shortest move
+    assert torch.equal(moves, act("staghunt_hare", env, step, [0, 1], seed=3, path="any"))
+    assert not torch.equal(moves, act("staghunt_hare", env, step, [0, 1], seed=4, path="any"))
+    ctx = ScriptedContext(env, torch.tensor([0, 1]), torch.Generator().manual_seed(0), {"path": "any"})
+    get_scripted("staghunt_hare")(step, ctx)
+    assert (ctx.goal == 1).all()
+
+
 def test_staghunt_stag_team_catches_the_stag_after_k_steps():
     # hunters in opposite corners, the stag in the middle: 4 moves each, the catch pays 10 at step 4
     env, step = staghunt([[[0, 0], [4, 4]]], [[[2, 2], [0, 4], [4, 0]]])

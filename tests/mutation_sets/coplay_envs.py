@@ -73,4 +73,13 @@ def mutations(M):
         M("contract_ignores_goal_range", "src/hypermappo/envs/contract.py",
           "assert ((g >= -1) & (g < len(spec.goal_names))).all()", "assert ((g >= -1)).all()",
           (T_CG,), "the contract check lets goal indices beyond goal_names through"),
+        M("path_any_ignores_its_coin", RULES,
+          "rows_now = (d_row != 0) & (path | (d_col == 0))", "rows_now = d_row != 0",
+          (T_SC + "::test_path_any_takes_either_shortest_move_at_random_and_only_shortest_ones",),
+          "path=any walks rows first every time: one habit, like path=rows"),
+        M("path_any_draws_without_the_generator", RULES,
+          "return (torch.rand(E, K, generator=ctx.generator) < 0.5).to(ctx.slots.device)",
+          "return (torch.rand(E, K) < 0.5).to(ctx.slots.device)",
+          (T_SC + "::test_path_any_takes_either_shortest_move_at_random_and_only_shortest_ones",),
+          "path=any's coin flips ignore the run's seed: the same seed, other moves"),
     ]

@@ -19,8 +19,10 @@ so `get_scripted("staghunt_stag")` finds them without the user importing anythin
     matrix_mixed             a fixed mixed strategy, params {probs: [p_0, ..., p_{A-1}]}, sampled with ctx.generator
 
 The grid rules (stag hunt, coin game) take `path`: `larger` (default: along the axis with the larger gap), `rows`
-(rows until aligned, then columns) or `cols`: the same goal by other moves, so a held-out partner can pursue a
-known goal in a way no training partner did (`scripted:staghunt_stag@path=cols`).
+(rows until aligned, then columns), `cols`, or `any` (each step, rows or columns at random while both gaps are
+open, drawn from ctx.generator): the same goal by other moves, so a held-out partner can pursue a known goal in a way
+no training partner did (`scripted:staghunt_stag@path=cols`), and a training partner can show every shortest way to
+its goal (`path=any`) instead of one habit that a co-player model would take for the goal itself.
 """
 
 from __future__ import annotations
@@ -62,31 +64,40 @@ def _masked_argmin(dist: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tenso
 _BIG = 1 << 20  # larger than any Manhattan distance on a grid
 
 
-PATHS = ("larger", "rows", "cols")  # the grid rules' `path` param: which way they walk to the same target
+PATHS = ("larger", "rows", "cols", "any")  # the grid rules' `path` param: which way they walk to the same target
 
 
-def _path(ctx: ScriptedContext, name: str) -> str:
+def _path(ctx: ScriptedContext, name: str) -> str | torch.Tensor:
+    """The rule's `path`; for "any", this step's coin flips [E, K] (True: rows first), one per slot and env."""
     path = ctx.params.get("path", "larger")
     if path not in PATHS:
         raise UserError(f"scripted policy {name!r}: params path={path!r} is invalid; expected one of {list(PATHS)}")
+    if path == "any":
+        E, K = ctx.env.num_envs, ctx.slots.numel()
+        return (torch.rand(E, K, generator=ctx.generator) < 0.5).to(ctx.slots.device)
     return path
 
 
 def _grid_step_towards(pos: torch.Tensor, target: torch.Tensor, has_target: torch.Tensor,
-                       path: str = "larger") -> torch.Tensor:
+                       path: str | torch.Tensor = "larger") -> torch.Tensor:
     """One grid move from pos [E, K, 2] towards target [E, K, 2] (row, col): along the axis with the larger
     gap (rows first on ties; path="rows": rows until aligned, then columns; "cols": columns first: the same goal
-    reached by other moves). Actions: 0 stay, 1 up, 2 down, 3 left, 4 right. No target or arrived: stay."""
+    reached by other moves; a bool tensor [E, K]: rows first where True, while both gaps are open: `path=any`).
+    Actions: 0 stay, 1 up, 2 down, 3 left, 4 right. No target or arrived: stay."""
     d_row, d_col = (target - pos).unbind(-1)  # [E, K] each
     vertical = torch.where(d_row < 0, 1, 2)
     horizontal = torch.where(d_col < 0, 3, 4)
-    rows_now = {"larger": d_row.abs() >= d_col.abs(), "rows": d_row != 0, "cols": d_col == 0}[path]
+    if isinstance(path, torch.Tensor):
+        rows_now = (d_row != 0) & (path | (d_col == 0))
+    else:
+        rows_now = {"larger": d_row.abs() >= d_col.abs(), "rows": d_row != 0, "cols": d_col == 0}[path]
     move = torch.where(rows_now, vertical, horizontal)
     arrived = (d_row == 0) & (d_col == 0)
     return torch.where(arrived | ~has_target, 0, move).long()
 
 
-def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor, path: str = "larger"):
+def _walk_to_nearest(me: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor,
+                     path: str | torch.Tensor = "larger"):
     """Walk from me [E, K, 2] to the nearest valid target. targets [E, M, 2], valid [E, M] or [E, K, M]
     -> (actions [E, K], chosen target index [E, K], has a target [E, K])."""
     dist = (me.unsqueeze(2) - targets.unsqueeze(1)).abs().sum(-1)  # [E, K, M]
