@@ -80,6 +80,9 @@ VARIANTS = {
     "bayes-hw05": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hindsight_weight=0.05"]),
     # the goal predicted as the goal pursued now: the belief times a read-out of the state (coplayer.goal_readout)
     "bayes-goal-readout": ("actor: mlp", ["coplayer.enabled=true", "coplayer.goal_readout=state"]),
+    # the same learner, the games' noisy pursuers (train_also) walking every shortest way to their goal (path=any,
+    # ZOO_PATH) instead of the rules' one habit: goal policies that learn the goal, not the habit
+    "bayes-any-zoo": ("actor: mlp", ["coplayer.enabled=true"]),
     "gru": ("actor: mlp", [*COPLAYER, "coplayer.epochs=10"]),
     "mappo": ("actor: mlp", []),
     "mappo+cpm-aux": ("actor: mlp", COPLAYER),
@@ -87,6 +90,7 @@ VARIANTS = {
     "hyper+cpm-context": ("actor: hyper, hyper: {context: [coplayer], layers: last, hidden: 32, mlp_layers: 1}",
                           COPLAYER),
 }
+ZOO_PATH = {"bayes-any-zoo": "any"}  # variant -> the `path` of its training population's noisy pursuers
 COMMON = ["checkpoint_interval=0", "log.tensorboard=false", "log.progress=false", "diagnostics.every=0",
           "torch_threads=1", "eval_interval=0", "eval_episodes=32"]
 
@@ -151,6 +155,8 @@ def run_one(game: str, variant: str, held_out: str, seed: int, args) -> Path:
     if not (run_dir / "summary.json").exists() or args.fresh:  # else: trained, only its evaluation is missing
         shutil.rmtree(run_dir, ignore_errors=True)
         also = GAMES[game].get("train_also", {}) if not args.goal_held_out else {}
+        if variant in ZOO_PATH:
+            also = {name: f"{spec}@path={ZOO_PATH[variant]}" for name, spec in also.items()}
         members = ", ".join([member(spec) for name, spec in partners.items() if name != held_out]
                             + [member(spec) for spec in also.values()])
         learner, overrides = VARIANTS[variant]
@@ -266,6 +272,7 @@ def report(args, seeds: list[int]) -> None:
                              f"{len(d['folds'])} |")
         lines.append("")
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs,
             "partner_steps": args.partner_steps, "K": args.k, "eval_envs": args.eval_envs,
             "variants": VARIANTS, "partners": {g: GAMES[g]["partners"] for g in args.games}}
@@ -493,7 +500,8 @@ def paired_lines(per: dict) -> list[str]:
 
 
 def inference_report(args, seeds: list[int]) -> None:
-    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "bayes-goal-readout", "gru") if v in VARIANTS]
+    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "bayes-goal-readout", "bayes-any-zoo", "gru")
+              if v in VARIANTS]
     lines, out_json = [], {}
     for game in args.games:
         per = {v: inference_rows(game, v, args, seeds) for v in models}
@@ -503,7 +511,7 @@ def inference_report(args, seeds: list[int]) -> None:
         out_json[game] = per
         folds = folds_of(game)
         # the goal accuracy of the Bayesian model, and of its goal read-out where that was run
-        goal_cols = [v for v in per if v in ("bayes", "bayes-goal-readout")] or ["bayes"]
+        goal_cols = [v for v in per if v in ("bayes", "bayes-goal-readout", "bayes-any-zoo")] or ["bayes"]
         lines += [f"### {game}: action-prediction accuracy against held-out partners (leave-one-out, memory on, "
                   f"mean over the K = {args.k} episodes)", "",
                   "| held-out partner | " + " | ".join(f"{v} ({len({r['seed'] for r in rows})} seeds)"

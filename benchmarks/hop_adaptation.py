@@ -89,6 +89,13 @@ VARIANTS = {"mappo": [], "belief-fed": ["coplayer.enabled=true", "coplayer.feed=
             # OMG's subgoal inference (a CVAE over the co-players' future states) fed to the policy
             "subgoal-fed": ["coplayer.enabled=true", "coplayer.model=subgoal", "coplayer.feed=policy",
                             "coplayer.epochs=5"]}
+# few-shot training: each draw of co-players plays 10 consecutive episodes (the population's episodes_per_draw), so
+# the learner meets, in training, what held-out adaptation asks of it: the same partners episode after episode, with
+# the belief carried from one to the next (per-episode draws reset it at almost every episode start)
+FEW_SHOT = 10
+for _v in ("mappo", "belief-fed", "belief-fed-model-evidence"):
+    VARIANTS[f"{_v}-fewshot"] = VARIANTS[_v]
+EPISODES_PER_DRAW = {v: FEW_SHOT for v in VARIANTS if v.endswith("-fewshot")}
 DEFAULT_VARIANTS = "mappo,belief-fed"
 EPISODES_SHOWN = (1, 3)  # and K
 
@@ -105,11 +112,11 @@ def _member(spec: str) -> str:
     return f"{{policy: {name}, params: {{{', '.join(p.replace('=', ': ') for p in params)}}}}}"
 
 
-def train(game: str, members: list[str], overrides: list[str], run_dir: Path) -> None:
+def train(game: str, members: list[str], overrides: list[str], run_dir: Path, episodes_per_draw: int = 1) -> None:
     listed = ", ".join(_member(m) for m in members)
     groups = (f"groups=[{{name: focal, agents: {GAMES[game].get('focal', [0])}}}, {{name: coplayers, agents: "
-              f"{GAMES[game]['coplayers']}, "
-              f"kind: population, draw: slot, members: [{listed}]}}]")
+              f"{GAMES[game]['coplayers']}, kind: population, draw: slot, episodes_per_draw: {episodes_per_draw}, "
+              f"members: [{listed}]}}]")
     preset = GAMES[game]["preset"]
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", preset, groups, *overrides, f"run_dir={run_dir}",
            "torch_threads=1", "log.tensorboard=false", "--quiet"]
@@ -164,7 +171,8 @@ def focal_train(game: str, variant: str, fold: str, seed: int, args) -> Path:
     if not (run_dir / "summary.json").exists():
         shutil.rmtree(run_dir, ignore_errors=True)
         t = time.time()
-        train(game, folds(game, args.protocol, args.zoo_path)[fold][0], [*VARIANTS[variant], *budget(args, seed)], run_dir)
+        train(game, folds(game, args.protocol, args.zoo_path)[fold][0], [*VARIANTS[variant], *budget(args, seed)],
+              run_dir, EPISODES_PER_DRAW.get(variant, 1))
         print(f"[trained] {game} {variant} {run_dir.name}: {time.time() - t:.0f}s", flush=True)
     return run_dir
 
@@ -349,7 +357,8 @@ def report(args, seeds: list[int]) -> None:
     out.with_suffix(".json").write_text(json.dumps({"meta": {"games": args.games, "seeds": seeds, "steps": args.steps,
                                                              "protocol": args.protocol, "zoo_path": args.zoo_path,
                                                              "num_envs": args.num_envs, "K": K, "zoo": GAMES,
-                                                             "variants": VARIANTS},
+                                                             "variants": VARIANTS,
+                                                             "episodes_per_draw": EPISODES_PER_DRAW},
                                                     "results": results}, indent=1))
     plot(results, out.with_suffix(".png"), K)
     print("\n".join(lines))
@@ -410,7 +419,11 @@ def main() -> None:
     p.add_argument("--out", help="results file stem (default benchmarks/results/hop_adaptation, _types for types)")
     p.add_argument("--note", default="")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--src", help="source tree the runs import (default: this checkout's src; a snapshot lets the "
+                                 "tree change meanwhile)")
     args = p.parse_args()
+    if args.src:
+        SRC[0] = str(Path(args.src).resolve())
     args.games = [g for g in args.games.split(",") if g]
     if args.out is None:
         stem = "hop_adaptation" + ("" if args.protocol == "variants" else "_types")

@@ -37,6 +37,11 @@ def _experiment(tmp_path: Path, name: str, groups: str, extra=()) -> Experiment:
     (pop_groups("{policy: random}"), "groups[1] (partner).members: a population group needs a non-empty list"),
     (pop_groups(extra=", sample: often"), "groups[1] (partner).sample: 'often' is not one of ['episode', 'fixed']"),
     (pop_groups(extra=", draw: team"), "groups[1] (partner).draw: 'team' is not one of ['env', 'slot']"),
+    (pop_groups(extra=", episodes_per_draw: 0"), "groups[1] (partner).episodes_per_draw: 0 is invalid; expected an "
+                                                 "integer >= 1"),
+    (pop_groups(extra=", episodes_per_draw: 2.5"), "groups[1] (partner).episodes_per_draw: 2.5 is invalid"),
+    (pop_groups(extra=", sample: fixed, episodes_per_draw: 3"), "episodes_per_draw: 3 needs sample: episode"),
+    ("groups=[{name: a, agents: [0], episodes_per_draw: 2}]", "groups[0] (a).episodes_per_draw: only a population"),
     ("groups=[{name: a, agents: [0], draw: slot}]", "groups[0] (a).draw: only a population group takes it"),
     (pop_groups("[{policy: random, run_dir: runs/x}]"), "members[0]: give either policy"),
     (pop_groups("[{params: {action: 1}}]"), "members[0]: a member is scripted (policy: NAME) or frozen"),
@@ -81,6 +86,21 @@ def test_each_env_plays_its_own_member_and_draws_a_new_one_when_its_episode_ends
     assert exp.groups[1].phases[0].describe() == "population[scripted:fixed, scripted:fixed, scripted:fixed]"
 
 
+def test_a_draw_plays_episodes_per_draw_consecutive_episodes_then_the_next_is_drawn(tmp_path):
+    """episodes_per_draw: 3, 4 envs x 9 episodes of 25 steps: partner_id is constant over episodes 1-3, 4-6, 7-9
+    of each env and redrawn between them (some env changes member at a block start); episode 1 draws as with
+    episodes_per_draw 1 (the same generator, the same first draw); the record counts every episode."""
+    exp, actions, ids = _play(tmp_path, "run", pop_groups(extra=", episodes_per_draw: 3"), 900)
+    _, _, one = _play(tmp_path, "one", pop_groups(), 100)
+    assert torch.equal(actions[..., 1], ids + 1)
+    starts = ids[torch.arange(ids.shape[0]) % 25 == 0][:9]  # [9, E]: the member of each episode
+    blocks = starts.view(3, 3, -1)
+    assert (blocks == blocks[:, :1]).all()  # one member per block of 3 episodes
+    assert (blocks[1:, 0] != blocks[:-1, 0]).any()  # redrawn between blocks
+    assert torch.equal(starts[0], one[0])
+    assert sum(exp.groups[1].member_record().values()) == 4 * 9
+
+
 def test_member_draws_follow_the_run_seed(tmp_path):
     _, _, a = _play(tmp_path, "a", pop_groups(), 200)
     _, _, b = _play(tmp_path, "b", pop_groups(), 200)
@@ -109,6 +129,28 @@ def _resume_at_update_6(tmp_path: Path, overrides: list) -> tuple[dict, dict]:
     Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
     assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
     return tuple(torch.load(run / "checkpoints" / "ckpt_0000007.pt", weights_only=False) for run in (resumed, full))
+
+
+def test_resume_in_the_middle_of_a_draw_keeps_its_age(tmp_path):
+    """episodes_per_draw: 2, 25-step episodes, 5 updates of 10 steps; resumed from update 3 (step 30: the draw has
+    played one episode, its age is 1): the resumed run redraws at step 50 as the uninterrupted one does, so their
+    metrics and final states (member draws, draw ages) are equal."""
+    groups = pop_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]",
+                        ", episodes_per_draw: 2")
+    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=200", "checkpoint_interval=3", groups])
+    full = tmp_path / "full"
+    Experiment(cfg, full, quiet=True).run()
+    at_3 = torch.load(full / "checkpoints" / "ckpt_0000003.pt", weights_only=False)
+    assert at_3["groups"]["partner"]["population"]["draw_age"].tolist() == [1, 1, 1, 1]
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full, resumed)
+    (resumed / "checkpoints" / "ckpt_0000005.pt").unlink()
+    (resumed / "summary.json").unlink()
+    Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
+    assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
+    got, want = (torch.load(run / "checkpoints" / "ckpt_0000005.pt", weights_only=False) for run in (resumed, full))
+    assert want["groups"]["partner"]["population"]["draw_age"].tolist() == [0, 0, 0, 0]  # redrawn at step 50
+    assert_same(got["groups"], want["groups"], "groups")
 
 
 def test_resume_of_a_population_run_equals_the_uninterrupted_run(tmp_path):

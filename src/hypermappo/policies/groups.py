@@ -239,6 +239,8 @@ class PolicyGroup:
         self.population_state = None
         # episodes each member played here (per slot with draw=slot): the run's record of its training partners
         self.member_episodes = torch.zeros(len(self.population) if pop else 0, dtype=torch.long, device=device)
+        # episodes the current draw has played in each env (episodes_per_draw > 1: redrawn when it reaches that)
+        self.draw_age = torch.zeros(env.num_envs, dtype=torch.long, device=device)
         self.ep_return = None  # [E] this group's running episode return (sum of the mean over its agents)
 
     @property
@@ -274,6 +276,7 @@ class PolicyGroup:
             self.partner_id = initial_members(E, len(self.population), self.phases[0].sample,
                                               self.member_generator, per_slot).to(obs.device)
             self.population_state = self.population.new_state(E)
+            self.draw_age = torch.zeros(E, dtype=torch.long, device=obs.device)
 
     def _start_frozen(self, obs: torch.Tensor) -> None:
         E = obs.shape[0]
@@ -325,7 +328,12 @@ class PolicyGroup:
             ended = nxt.episode_done if nxt.episode_done is not None else nxt.done.all(-1)  # [E]
             self.member_episodes = count_member_episodes(self.member_episodes, self.partner_id, ended)
             if self.phases[0].sample == "episode":
-                self.partner_id = resample_ended(self.partner_id, ended, len(self.population), self.member_generator)
+                redraw = ended
+                if self.phases[0].episodes_per_draw > 1:  # a draw plays that many consecutive episodes
+                    self.draw_age = self.draw_age + ended.long()
+                    redraw = ended & (self.draw_age >= self.phases[0].episodes_per_draw)
+                    self.draw_age = torch.where(redraw, 0, self.draw_age)
+                self.partner_id = resample_ended(self.partner_id, redraw, len(self.population), self.member_generator)
 
     def state_dict(self, with_audit: bool) -> dict:
         sd = {"phase": self.phase, "generator": self.generator.get_state(), "ep_return": self.ep_return,
@@ -337,7 +345,7 @@ class PolicyGroup:
               "learner": self.learner.state_dict(with_audit) if self.learner is not None else None}
         if self.population is not None:
             sd["population"] = {"member_generator": self.member_generator.get_state(),
-                                "member_episodes": self.member_episodes,
+                                "member_episodes": self.member_episodes, "draw_age": self.draw_age,
                                 "hidden": self.population_state.hidden, "reset": self.population_state.reset}
         return sd
 
@@ -355,6 +363,8 @@ class PolicyGroup:
             self.member_generator.set_state(pop["member_generator"].cpu())
             if pop.get("member_episodes") is not None:  # older checkpoints have no record: counts start at 0
                 self.member_episodes = pop["member_episodes"].to(self.device)
+            if pop.get("draw_age") is not None:  # older checkpoints: every draw played one episode
+                self.draw_age = pop["draw_age"].to(self.device)
             if with_episode_state:
                 self.population_state = PopulationState(pop["hidden"], pop["reset"])
 

@@ -20,6 +20,9 @@ Config (a `groups:` entry):
       draw: env                    # env: one member plays all the group's slots of an env (partner_id [E])
                                    # slot: each slot draws its own member, so a K-slot group plays a mix of
                                    # co-players drawn independently per env and per episode (partner_id [E, K])
+      episodes_per_draw: 1         # sample: episode: each draw plays this many consecutive episodes in its env
+                                   # before the next (few-shot training: the learner meets the same partners
+                                   # episode after episode, as in held-out adaptation, and a carried belief pays)
 
 Draws use the group's own generator seeded from the run seed, and are saved in checkpoints. Each group counts the
 episodes every member played (`member_episodes`, on the device, in checkpoints and summary.json): the run's own

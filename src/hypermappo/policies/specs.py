@@ -21,9 +21,9 @@ from hypermappo.policies.scripted import get_scripted
 KINDS = ("learner", "scripted", "frozen", "population")
 LEARNER_KEYS = ("actor", "algo", "model", "critic", "ppo", "hyper", "maddpg")
 PHASE_KEYS = {"learner": set(), "scripted": {"policy", "params"}, "frozen": {"run_dir", "group"},
-              "population": {"members", "sample", "draw"}}
+              "population": {"members", "sample", "draw", "episodes_per_draw"}}
 GROUP_KEYS = {"name", "agents", "kind", "switch", *LEARNER_KEYS, "policy", "params", "run_dir", "group", "members",
-              "sample", "draw"}
+              "sample", "draw", "episodes_per_draw"}
 SWITCH_KEYS = {"at_step", "kind", "policy", "params", "run_dir", "group"}
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 # a population group's members (policies/population.py)
@@ -61,6 +61,7 @@ class Phase:
     members: list = field(default_factory=list)  # population: its members' phases (scripted / frozen)
     sample: str = ""  # population: episode | fixed
     draw: str = "env"  # population: env (one member plays all the group's slots of an env) | slot (one per slot)
+    episodes_per_draw: int = 1  # population, sample=episode: consecutive episodes each draw plays (few-shot)
 
     def identity(self) -> str:
         """Which policy this is, canonically: `scripted:NAME@k=v...` (params sorted) or `frozen:/abs/run_dir#group`;
@@ -98,7 +99,7 @@ def _phase(where: str, entry: dict, at_step: int) -> Phase:
     kind = entry.get("kind", "learner")
     if kind not in KINDS:
         raise UserError(f"{where}.kind: {kind!r} is not one of {list(KINDS)}")
-    for key in ("policy", "params", "run_dir", "group", "members", "sample", "draw"):
+    for key in ("policy", "params", "run_dir", "group", "members", "sample", "draw", "episodes_per_draw"):
         if key in entry and key not in PHASE_KEYS[kind]:
             owner = next(k for k, keys in PHASE_KEYS.items() if key in keys)
             raise UserError(f"{where}.{key}: only a {owner} group takes it, got kind={kind!r}")
@@ -135,9 +136,15 @@ def _population_phase(where: str, entry: dict, at_step: int) -> Phase:
     if draw not in DRAW_MODES:
         raise UserError(f"{where}.draw: {draw!r} is not one of {list(DRAW_MODES)} (env: one member plays all the "
                         f"group's slots of an env; slot: each slot draws its own)")
+    per_draw = entry.get("episodes_per_draw", 1)
+    if isinstance(per_draw, bool) or not isinstance(per_draw, int) or per_draw < 1:
+        raise UserError(f"{where}.episodes_per_draw: {per_draw!r} is invalid; expected an integer >= 1 (consecutive "
+                        f"episodes each draw of members plays)")
+    if per_draw > 1 and sample != "episode":
+        raise UserError(f"{where}.episodes_per_draw: {per_draw} needs sample: episode (sample: {sample} never redraws)")
     phases = [_phase(f"{where}.members[{j}]", member_entry(f"{where}.members[{j}]", m), 0)
               for j, m in enumerate(members)]
-    return Phase(at_step, "population", members=phases, sample=sample, draw=draw)
+    return Phase(at_step, "population", members=phases, sample=sample, draw=draw, episodes_per_draw=per_draw)
 
 
 def population_members(cfg) -> int:
