@@ -246,7 +246,8 @@ def baseline_lines(game: str, data: dict, args, seeds: list[int]) -> list[str]:
             a, b = pick(new, key), pick(old, key)
             for k in sorted({0, min(2, args.k - 1), args.k - 1} if key == "curves" else {0, args.k - 1}):
                 d = paired_difference(a[:, k], b[:, k])
-                cells.append(f"{what} ep {k + 1} {d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]")
+                fewer = f", {d['runs']} with a scale" if d["runs"] < len(common) else ""
+                cells.append(f"{what} ep {k + 1} {d['mean']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}{fewer}]")
         lines.append(f"- {variant}, memory on, zoo of every shortest way minus zoo of one habit (same seeds, folds and "
                      f"oracles, {len(common)} pairs): " + "; ".join(cells))
     return lines
