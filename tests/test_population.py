@@ -115,20 +115,22 @@ def test_fixed_sampling_keeps_one_member_per_env_balanced_over_envs(tmp_path):
     assert torch.equal(actions[..., 1], ids + 1)
 
 
-def _resume_at_update_6(tmp_path: Path, overrides: list) -> tuple[dict, dict]:
-    """7 updates of 40 steps (episodes end inside rollouts; the checkpoint at update 6 is mid-episode), then the
-    same run resumed from update 6: its metrics must equal the uninterrupted run's. -> both final checkpoints."""
-    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=280", "checkpoint_interval=3",
-                                                       *overrides])
+def _resume_before_the_last_checkpoint(tmp_path: Path, overrides: list, total_env_steps: int = 280) -> tuple[dict, dict]:
+    """Updates of 40 steps (4 envs x 10; 7 of them at the default 280 steps: episodes end inside rollouts, the
+    checkpoint at update 6 is mid-episode), then the same run resumed from the checkpoint before its last (update 6,
+    or 3 for 5 updates): its metrics must equal the uninterrupted run's. -> both final checkpoints."""
+    cfg = config_mod.build_config("staghunt/default", [*TINY, f"total_env_steps={total_env_steps}",
+                                                       "checkpoint_interval=3", *overrides])
+    last = f"ckpt_{total_env_steps // 40:07d}.pt"
     full = tmp_path / "full"
     Experiment(cfg, full, quiet=True).run()
     resumed = tmp_path / "resumed"
     shutil.copytree(full, resumed)
-    (resumed / "checkpoints" / "ckpt_0000007.pt").unlink()
+    (resumed / "checkpoints" / last).unlink()
     (resumed / "summary.json").unlink()
     Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
     assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
-    return tuple(torch.load(run / "checkpoints" / "ckpt_0000007.pt", weights_only=False) for run in (resumed, full))
+    return tuple(torch.load(run / "checkpoints" / last, weights_only=False) for run in (resumed, full))
 
 
 def test_resume_in_the_middle_of_a_draw_keeps_its_age(tmp_path):
@@ -137,18 +139,9 @@ def test_resume_in_the_middle_of_a_draw_keeps_its_age(tmp_path):
     metrics and final states (member draws, draw ages) are equal."""
     groups = pop_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]",
                         ", episodes_per_draw: 2")
-    cfg = config_mod.build_config("staghunt/default", [*TINY, "total_env_steps=200", "checkpoint_interval=3", groups])
-    full = tmp_path / "full"
-    Experiment(cfg, full, quiet=True).run()
-    at_3 = torch.load(full / "checkpoints" / "ckpt_0000003.pt", weights_only=False)
+    got, want = _resume_before_the_last_checkpoint(tmp_path, [groups], total_env_steps=200)
+    at_3 = torch.load(tmp_path / "full" / "checkpoints" / "ckpt_0000003.pt", weights_only=False)
     assert at_3["groups"]["partner"]["population"]["draw_age"].tolist() == [1, 1, 1, 1]
-    resumed = tmp_path / "resumed"
-    shutil.copytree(full, resumed)
-    (resumed / "checkpoints" / "ckpt_0000005.pt").unlink()
-    (resumed / "summary.json").unlink()
-    Experiment(config_mod.from_run_dir(resumed), resumed, resume=True, quiet=True).run()
-    assert rows(resumed / "metrics.csv") == rows(full / "metrics.csv")
-    got, want = (torch.load(run / "checkpoints" / "ckpt_0000005.pt", weights_only=False) for run in (resumed, full))
     assert want["groups"]["partner"]["population"]["draw_age"].tolist() == [0, 0, 0, 0]  # redrawn at step 50
     assert_same(got["groups"], want["groups"], "groups")
 
@@ -157,7 +150,7 @@ def test_resume_of_a_population_run_equals_the_uninterrupted_run(tmp_path):
     """Checkpoint at update 2 mid-episode: the member draws, the members' generator (random) and a frozen-free
     population state resume exactly."""
     groups = pop_groups("[{policy: random}, {policy: staghunt_stag}, {policy: staghunt_hare}]")
-    got, want = _resume_at_update_6(tmp_path, [groups])
+    got, want = _resume_before_the_last_checkpoint(tmp_path, [groups])
     assert "population" in want["groups"]["partner"]
     assert_same(got["groups"], want["groups"], "groups")
 
@@ -284,7 +277,7 @@ def test_mix_draws_follow_the_run_seed_and_resume_exactly(tmp_path):
     _, _, b = _play(tmp_path, "b", groups, 200, FOUR)
     _, _, c = _play(tmp_path, "c", groups, 200, [*FOUR, "seed=1"])
     assert torch.equal(a, b) and not torch.equal(a, c)
-    got, want = (x["groups"]["partner"] for x in _resume_at_update_6(tmp_path, [*FOUR, groups]))
+    got, want = (x["groups"]["partner"] for x in _resume_before_the_last_checkpoint(tmp_path, [*FOUR, groups]))
     assert want["partner_id"].shape == (4, 3)
     assert torch.equal(got["population"]["member_episodes"], want["population"]["member_episodes"])
     assert_same(got, want, "partner")
