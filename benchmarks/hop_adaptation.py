@@ -132,7 +132,7 @@ GRID_RULES = ("staghunt_stag", "staghunt_hare", "staghunt_follow", "coin_coopera
 
 def zoo_of(game: str, zoo_path: str = "larger") -> dict:
     """The game's training zoo; `zoo_path=any`: its grid rules take every shortest way to their target
-    (`path=any`) instead of one fixed habit (see ZOO_PATHS)."""
+    (`path=any`) instead of one fixed habit."""
     zoo = GAMES[game]["zoo"]
     if zoo_path == "larger":
         return zoo
@@ -222,6 +222,17 @@ def collect(game: str, args, seeds: list[int]) -> dict:
     return out
 
 
+def _common_pairs(a: dict, b: dict) -> list[tuple]:
+    """The (seed, fold) pairs two collected results both have, sorted."""
+    return sorted(set(map(tuple, a["pairs"])) & set(map(tuple, b["pairs"])))
+
+
+def _paired_rows(d: dict, key: str, pairs: list[tuple]) -> np.ndarray:
+    """d[key]'s rows [len(pairs), K] in the order of `pairs` (each a (seed, fold) of d)."""
+    index = {tuple(p): i for i, p in enumerate(d["pairs"])}
+    return np.array([d[key][index[p]] for p in pairs], dtype=float)
+
+
 def baseline_lines(game: str, data: dict, args, seeds: list[int]) -> list[str]:
     """Paired (seed, fold) differences from the same variants trained against the zoo of one-habit rules
     (--baseline-runs, --zoo-path larger) and evaluated against the same held-out co-players, memory on: the
@@ -232,18 +243,14 @@ def baseline_lines(game: str, data: dict, args, seeds: list[int]) -> list[str]:
         new, old = per.get(True), base.get(variant, {}).get(True)
         if not (new and old):
             continue
-        common = sorted(set(map(tuple, new["pairs"])) & set(map(tuple, old["pairs"])))
+        common = _common_pairs(new, old)
         if not common:
             continue
-
-        def pick(d: dict, key: str, common=common) -> np.ndarray:  # [pairs, K], in `common`'s order
-            return np.array([d[key][list(map(tuple, d["pairs"])).index(p)] for p in common], dtype=float)
-
         cells = []
         for key, what in (("recognised", "settles on the goal"), ("curves", "normalised return")):
             if any(x is None for d in (new, old) for x in d[key]):
                 continue
-            a, b = pick(new, key), pick(old, key)
+            a, b = _paired_rows(new, key, common), _paired_rows(old, key, common)
             for k in sorted({0, min(2, args.k - 1), args.k - 1} if key == "curves" else {0, args.k - 1}):
                 d = paired_difference(a[:, k], b[:, k])
                 fewer = f", {d['runs']} with a scale" if d["runs"] < len(common) else ""
@@ -287,9 +294,8 @@ def report(args, seeds: list[int]) -> None:
             fed = results[game][variant].get("True")
             if not (fed and plain):
                 continue
-            common = sorted(set(map(tuple, fed["pairs"])) & set(map(tuple, plain["pairs"])))
-            a = np.array([fed["curves"][list(map(tuple, fed["pairs"])).index(p)] for p in common])
-            b = np.array([plain["curves"][list(map(tuple, plain["pairs"])).index(p)] for p in common])
+            common = _common_pairs(fed, plain)
+            a, b = _paired_rows(fed, "curves", common), _paired_rows(plain, "curves", common)
             if len(common):
                 k3 = min(2, K - 1)
                 d = paired_difference(a[:, k3], b[:, k3])
