@@ -1,18 +1,23 @@
 """One prepared script for a GPU machine: this library's training step beside JaxMARL's on the same device.
 
 Rows (each in a fresh process, benchmarks/throughput.py's harness: warm-up updates untimed, then collect + update
-timed; env-steps/s exclude compilation, as JaxMARL's own figures do, the compile seconds beside them):
+timed; env-steps/s exclude compilation, as JaxMARL's own figures do, the compile seconds beside them), in this order:
 
-  ippo      IPPO at JaxMARL's settings on MPE simple_spread (our batched torch port; 128 steps, 4 epochs x 4
-            mini-batches, 64x64 Tanh), E = 16, 1024, 4096: eager, and ppo.compile=on unless --no-compile
-  mappo     MAPPO at the MAPPO paper's settings (25 steps, 10 epochs, 1 mini-batch, 64x64), E = 8192: eager and
-            compiled
-  jaxmarl   JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py) at the same E, where `jax` and `jaxmarl` import in
-            this interpreter or in --jaxmarl-python
+  eager     IPPO at JaxMARL's settings on MPE simple_spread (our batched torch port; 128 steps, 4 epochs x 4
+            mini-batches, 64x64 Tanh), E = 16, 1024, 4096; MAPPO at the MAPPO paper's settings (25 steps, 10 epochs,
+            1 mini-batch, 64x64), E = 8192
+  jaxmarl   JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py) at the IPPO rows' E, where `jax` and `jaxmarl` import
+            in this interpreter or in --jaxmarl-python
+  compiled  ppo.compile=on (unless --no-compile): IPPO at E = 1024 (with --cudagraphs also with Inductor's CUDA
+            graphs, torch.compile's "reduce-overhead", its perf hints kept), MAPPO at E = 8192, IPPO at E = 4096
+
+A fresh machine compiles from a cold cache, so the compiled rows are the slow ones and come last: rows not started
+within --budget seconds are reported as not run, a row past its timeout as timed out (with the end of its stderr
+in the JSON), never dropped. With the defaults the script ends within about 8 minutes.
 
 Aim (the fast-path goals): IPPO >= 0.5x JaxMARL at E = 1024 and 4096, MAPPO >= 2M env-steps/s at E = 8192. Batched
-seeds in one process (`seeds=`) are not built yet: no row. Budget: under 8 minutes on one GPU (per-row timeouts;
-a row that times out is reported as such, not dropped).
+seeds in one process (`seeds=`) are not built yet: no row. `benchmarks/gpu_profile.py` says where one update's time
+goes (host or device).
 
     python benchmarks/gpu.py                      # on the machine with the GPU
     python benchmarks/gpu.py --device cpu --quick # a smoke test of the script itself (E = 16, short rows)
@@ -38,22 +43,54 @@ from throughput import JAXMARL, case, fmt, machine, run_worker, write_results  #
 PEER = HERE / "peers" / "jaxmarl_ippo.py"
 
 
-def rows(device: str, quick: bool, compile_rows: bool) -> list[tuple[str, dict]]:
+def rows(device: str, quick: bool, compile_rows: bool, cudagraphs: bool) -> list[tuple[str, dict, dict]]:
+    """(setting, case, extra environment) in the order they run: every eager row first (the baseline), then the
+    compiled ones (each compiles from a cold cache on a fresh machine: the slow rows, cut first by --budget)."""
     ippo_e, mappo_e = ([16], [16]) if quick else ([16, 1024, 4096], [8192])
     threads = min(4, os.cpu_count() or 1)  # the host's side: Python, the launches
-    modes = {"eager": "ppo.compile=off", "compiled": "ppo.compile=on"}
-    if not compile_rows:
-        del modes["compiled"]
+    modes = {"eager": ("ppo.compile=off", {})}
+    if compile_rows:
+        modes["compiled"] = ("ppo.compile=on", {})
+        if cudagraphs:  # Inductor's CUDA graphs (what torch.compile's mode="reduce-overhead" turns on): a probe row
+            modes["compiled+cudagraphs"] = ("ppo.compile=on", {"TORCHINDUCTOR_CUDAGRAPHS": "1",
+                                                                "TORCH_LOGS": "perf_hints"})
     out = []
     for e in ippo_e:
-        for mode, flag in modes.items():
-            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
-                                     [*JAXMARL, f"device={device}", flag])))
+        out.append(("ippo", case("ippo eager", "mpe:simple_spread", e, threads, [*JAXMARL, f"device={device}",
+                                                                                  "ppo.compile=off"]), {}))
     for e in mappo_e:
-        for mode, flag in modes.items():
+        out.append(("mappo", case("mappo eager", "mpe:simple_spread", e, threads,
+                                  ["algo=mappo", "actor=mlp", f"device={device}", "ppo.compile=off"]), {}))
+    # compiled: the headline point first (IPPO at E = 1024, plain then with CUDA graphs), then the rest
+    compiled = [(m, f, env) for m, (f, env) in modes.items() if m != "eager"]
+    for e in (ippo_e if quick else [1024]):
+        for mode, flag, env in compiled:
+            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
+                                     [*JAXMARL, f"device={device}", flag]), env))
+    for e in mappo_e:
+        for mode, flag, env in compiled[:1]:
             out.append(("mappo", case(f"mappo {mode}", "mpe:simple_spread", e, threads,
-                                      ["algo=mappo", "actor=mlp", f"device={device}", flag])))
+                                      ["algo=mappo", "actor=mlp", f"device={device}", flag]), env))
+    for e in ([] if quick else [e for e in ippo_e if e > 1024]):
+        for mode, flag, env in compiled:
+            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
+                                     [*JAXMARL, f"device={device}", flag]), env))
     return out
+
+
+def run_row(c: dict, env: dict, warmup: int, iters: int, min_s: float, max_s: float, timeout: float) -> dict:
+    """One row in a fresh process with `env` added to its environment."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        r = run_worker(c, warmup, iters, min_s, max_s, timeout, None)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return {**r, "extra_env": env}
 
 
 def jaxmarl_python(given: str | None) -> str | None:
@@ -107,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default=None, help="cuda (default where available) or cpu")
     p.add_argument("--quick", action="store_true", help="E = 16 only, short rows: a smoke test of the script")
     p.add_argument("--no-compile", action="store_true", help="eager rows only")
-    p.add_argument("--timeout", type=float, default=90.0, help="seconds per row (compile included)")
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds per eager row and per JaxMARL row")
+    p.add_argument("--compile-timeout", type=float, default=200.0, help="seconds per compiled row (compile included)")
+    p.add_argument("--budget", type=float, default=460.0,
+                   help="seconds for all rows: a row not started by then is reported as not run")
+    p.add_argument("--cudagraphs", action="store_true",
+                   help="also a compiled row with Inductor's CUDA graphs (TORCHINDUCTOR_CUDAGRAPHS=1)")
     p.add_argument("--jaxmarl-python", default=None, help="an interpreter in which jax and jaxmarl import")
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)
@@ -121,19 +163,30 @@ def main(argv: list[str] | None = None) -> int:
             "device_name": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
     warmup, iters, min_s, max_s = (1, 2, 0.5, 5.0) if args.quick else (2, 5, 3.0, 20.0)
     start = time.perf_counter()
-    results = []
-    for setting, c in rows(device, args.quick, not args.no_compile):
-        r = run_worker(c, warmup, iters, min_s, max_s, args.timeout, None)
-        results.append((setting, r))
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - start)
+
+    plan = rows(device, args.quick, not args.no_compile, args.cudagraphs)
+    results, peers = [], {}
+    python = jaxmarl_python(args.jaxmarl_python)
+    eager = [r for r in plan if "eager" in r[1]["variant"]]
+    for setting, c, env in plan:
+        if left() < 20:
+            results.append((setting, {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"}))
+        else:
+            timeout = min(args.timeout if "eager" in c["variant"] else args.compile_timeout, left())
+            results.append((setting, run_row(c, env, warmup, iters, min_s, max_s, timeout)))
+        r = results[-1][1]
         print(f"  {c['variant']} E={c['num_envs']}: "
               f"{r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} ({time.perf_counter() - start:.0f} s)",
               flush=True)
-    python = jaxmarl_python(args.jaxmarl_python)
-    peers = {}
-    if python:
-        for e in sorted({r["num_envs"] for s, r in results if s == "ippo"}):
-            peers[e] = jaxmarl_row(python, e, 2 if args.quick else 5, args.timeout)
-            print(f"  jaxmarl E={e}: {peers[e].get('skipped') or fmt(peers[e]['sps']) + ' env-steps/s'}", flush=True)
+        if python and (setting, c, env) == eager[-1]:  # the peer right after our eager rows, before any compiling
+            for e in sorted({c2["num_envs"] for s2, c2, _ in plan if s2 == "ippo"}):
+                peers[e] = (jaxmarl_row(python, e, 2 if args.quick else 5, min(args.timeout, left())) if left() >= 20
+                            else {"num_envs": e, "skipped": "not run: budget spent"})
+                print(f"  jaxmarl E={e}: {peers[e].get('skipped') or fmt(peers[e]['sps']) + ' env-steps/s'}",
+                      flush=True)
     meta["jaxmarl"] = python
     meta["wall_s"] = time.perf_counter() - start
     name = args.name or f"gpu_{device}" + ("_quick" if args.quick else "")

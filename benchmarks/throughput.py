@@ -380,13 +380,17 @@ def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:
         done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**c, "skipped": f"timed out after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired as e:
+        tail = e.stderr.decode(errors="replace")[-4000:] if isinstance(e.stderr, bytes) else (e.stderr or "")[-4000:]
+        return {**c, "skipped": f"timed out after {timeout:.0f} s", "stderr_tail": tail}
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
         err = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}, no output"])[-1]
-        return {**c, "skipped": err[:200]}
-    return json.loads(lines[-1])
+        return {**c, "skipped": err[:200], "stderr_tail": done.stderr[-4000:]}
+    row = json.loads(lines[-1])
+    if os.environ.get("TORCH_LOGS") and done.stderr.strip():  # asked for torch's own logs: keep their end
+        row["stderr_tail"] = done.stderr[-4000:]
+    return row
 
 
 def switch_pairs(c: dict, var: str, rounds: int, label) -> list[dict]:
