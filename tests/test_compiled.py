@@ -17,9 +17,11 @@ from hypermappo import config as config_mod
 from hypermappo.cli import main
 from hypermappo.compile import (
     AUTO_MIN_ENV_STEPS,
+    COLD_MIN_ENV_STEPS,
     bias_epilogue,
     bool_masks,
     collect_step,
+    compiled_shapes,
     cxx_compiler,
     decide,
     linear_act_norm,
@@ -108,6 +110,28 @@ def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
         module.enabled()
 
 
+def test_steps_per_graph_is_one_unless_the_environment_says_more(monkeypatch):
+    """An epoch's 16 equal mini-batch steps: one per graph by default (4 took 2x the cold compile for ~15% of the
+    update), HYPERMAPPO_STEPS_PER_GRAPH=N takes the largest divisor of 16 up to N; anything but 1..16 is an error
+    that decide() raises before the run starts."""
+    from hypermappo.algos import mappo
+
+    batches = [{"active": torch.ones(6, 2)}] * 16
+    monkeypatch.delenv("HYPERMAPPO_STEPS_PER_GRAPH", raising=False)
+    assert mappo.steps_per_graph(batches, 2, 0) == 1
+    for given, taken in (("4", 4), ("3", 2), ("16", 16)):
+        monkeypatch.setenv("HYPERMAPPO_STEPS_PER_GRAPH", given)
+        assert mappo.steps_per_graph(batches, 2, 0) == taken
+    # steps of two sizes, or split into micro-batch blocks, stay one per graph whatever the setting
+    assert mappo.steps_per_graph([*batches[:15], {"active": torch.ones(5, 2)}], 2, 0) == 1
+    assert mappo.steps_per_graph(batches, 2, 4) == 1
+    cfg = cfg_of("mpe/simple_spread", ["ppo.compile=on"])
+    for bad in ("0", "17", "four", "-2"):
+        monkeypatch.setenv("HYPERMAPPO_STEPS_PER_GRAPH", bad)
+        with pytest.raises(UserError, match=f"HYPERMAPPO_STEPS_PER_GRAPH='{bad}': expected an integer from 1 to 16"):
+            decide(cfg, torch.device("cpu"))
+
+
 def cfg_of(preset: str, overrides: list[str]):
     given = {o.split("=", 1)[0] for o in overrides}  # a test's own setting replaces TINY's (e.g. hidden sizes)
     return config_mod.build_config(preset, [*(o for o in TINY if o.split("=", 1)[0] not in given), *overrides])
@@ -116,9 +140,25 @@ def cfg_of(preset: str, overrides: list[str]):
 # ------------------------------------------------------------------ which runs compile
 
 
-def test_auto_compiles_long_feed_forward_runs_only_and_says_why():
+def test_auto_compiles_long_feed_forward_runs_only_and_says_why(tmp_path, monkeypatch):
+    """auto: a learner whose graphs this cache holds (compiled_shapes.py) compiles from 1M env steps, one whose graphs
+    would compile from an empty cache (minutes) from 10M."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # an empty cache: nothing compiled yet
+    off, line = decide(cfg_of("staghunt/default", [f"total_env_steps={COLD_MIN_ENV_STEPS - 1}"]), CPU)
+    assert not off and "this cache holds no graphs of this learner yet" in line
+    assert f"paid back from ~10,000,000 env steps > {COLD_MIN_ENV_STEPS - 1:,}" in line
+    on, line = decide(cfg_of("staghunt/default", [f"total_env_steps={COLD_MIN_ENV_STEPS}"]), CPU)
+    assert on == (cxx_compiler() is not None)
+    assert line.startswith("compile: on (auto: 10,000,000 env steps (no graphs of this shape in this cache")
+    for overrides in ([], ["coplayer.enabled=true"]):  # the goal belief's learner too
+        compiled_shapes.remember(cfg_of("staghunt/default", [*overrides, "seed=7", "total_env_steps=5000"]), CPU, 21.4)
+    # another seed and length compile the same graphs: 1M is enough now
     on, line = decide(cfg_of("staghunt/default", [f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
-    assert on == (cxx_compiler() is not None) and line.startswith("compile: on (auto: 1,000,000 env steps")
+    assert on == (cxx_compiler() is not None)
+    assert line.startswith("compile: on (auto: 1,000,000 env steps, graphs of this shape compiled in this cache "
+                           "before (21 s)")
+    off, line = decide(cfg_of("staghunt/default", ["num_envs=32", f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
+    assert not off and "this cache holds no graphs of this learner yet" in line  # another shape is not warm
     off, line = decide(cfg_of("staghunt/default", ["total_env_steps=999999"]), CPU)
     assert not off and "999,999 env steps < 1,000,000" in line
     off, line = decide(cfg_of("staghunt/default", ["actor=rnn", f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
@@ -312,10 +352,16 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
         mini_batches = [] if any(o.startswith("ppo.num_mini_batch=") for o in overrides) else ["ppo.num_mini_batch=2"]
         cfg = cfg_of("staghunt/default", [f"ppo.compile={mode}", "total_env_steps=160", *mini_batches,
                                           "checkpoint_interval=2", *overrides])
+        shapes = tmp_path / f"shapes_{mode}"  # the record of compiled shapes (compiled_shapes.py) in a folder of its own
+        monkeypatch.setattr(compiled_shapes, "cache_path", lambda shapes=shapes: shapes / compiled_shapes.FILE)
         exp = Experiment(cfg, tmp_path / mode, quiet=True)
         assert exp.primary.compiled == (mode == "on")
         summary = exp.run()
         graphs[mode] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+        # a compiled run records its learner's shape with the compile time it measured; an eager one records nothing
+        record = compiled_shapes.recorded(cfg, CPU)
+        assert (record is not None) == (mode == "on")
+        assert record is None or record["compile_s"] == pytest.approx(summary["compile_s"], abs=0.06)
         kernel_calls[mode] = {k: v - before_calls.get(k, 0) for k, v in act_norm.calls.items()}
         if actor.endswith("belief"):  # the goal model's Adam steps: one graph each but in the audit's update (eager)
             fused = exp.primary.coplayer.fused
@@ -612,8 +658,8 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
     ("uncompiled", 3, 6, 4)])
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch, unrolled,
                                                                              per_graph, mini_batches, bad):
-    """ppo.num_mini_batch=`mini_batches` with at most `per_graph` steps unrolled per graph (mappo.STEPS_PER_GRAPH, 4
-    in a run): an epoch's steps are graphs of `per_graph`, equal to the eager loop's steps through a clean update. A
+    """ppo.num_mini_batch=`mini_batches` with at most `per_graph` steps unrolled per graph (mappo.STEPS_PER_GRAPH, 1
+    by default): an epoch's steps are graphs of `per_graph`, equal to the eager loop's steps through a clean update. A
     NaN in step `bad` (a graph's 1st) must leave the weights and Adam's state as the step before made them, as the
     eager loop does (it raises before step `bad`): the later steps of that graph move nothing, and the error names
     step `bad`."""

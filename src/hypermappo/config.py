@@ -80,8 +80,9 @@ class PPOConfig:
     lr_decay: bool = opt(False, "decay learning rates linearly to 0 over the run")
     compile: str = opt("auto", "compiled training step (torch.compile): collection's policy forward and the whole "
                                "PPO update (loss, backward, clipping, Adam) as static-shape graphs, compiled during the "
-                               "first update and cached; auto = on for runs of >= 1M env steps whose actor and critic "
-                               "compile without graph breaks (the run header says which and why); float-level "
+                               "first update and cached; auto = on for runs of >= 1M env steps whose graphs this "
+                               "machine's cache holds (>= 10M where compiling them would take minutes) and whose actor "
+                               "and critic compile without graph breaks (the run header says which and why); float-level "
                                "differences from eager", choices=["auto", "on", "off"])
 
 

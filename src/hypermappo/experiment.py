@@ -55,7 +55,14 @@ from hypermappo.checkpoint import (
     shapes,
     write_checkpoint,
 )
-from hypermappo.compile import collect_step, compile_fn, cpu_kernels_report, linear_act_norm, weight_grad
+from hypermappo.compile import (
+    collect_step,
+    compile_fn,
+    compiled_shapes,
+    cpu_kernels_report,
+    linear_act_norm,
+    weight_grad,
+)
 from hypermappo.diagnostics import DeadComponentError
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
@@ -753,6 +760,9 @@ class Experiment:
         if len(self.first_update_s) == 2:
             first, second = self.first_update_s
             self.summary_extra["compile_s"] = round(max(0.0, first - second), 2)
+            for g in self.groups:  # their graphs are in the cache now: ppo.compile=auto prices the next run so
+                if g.learner is not None and g.learner.compiled:
+                    compiled_shapes.remember(g.learner.cfg, self.device, first - second)
             kernels = cpu_kernels_report() if self.device.type == "cpu" else None  # the probed CPU passes' choices
             if kernels:
                 self.summary_extra["cpu_kernels"] = kernels

@@ -13,6 +13,8 @@ PROBE = "src/hypermappo/compile/probe.py"
 COLUMN_SUM = "src/hypermappo/compile/column_sum.py"
 SUMS = "tests/test_column_sum.py"
 BLAME = "tests/test_internal_errors.py"  # issue 40: the library's failures reported as the library's
+SHAPES = "src/hypermappo/compile/compiled_shapes.py"
+AUTO = f"{T}::test_auto_compiles_long_feed_forward_runs_only_and_says_why"
 
 
 def mutations(M):
@@ -56,6 +58,26 @@ def mutations(M):
           'if mode == "auto" and cfg.total_env_steps <= AUTO_MIN_ENV_STEPS:',
           (f"{T}::test_auto_compiles_long_feed_forward_runs_only_and_says_why",),
           "auto stays off at exactly the documented threshold"),
+        M("compile_auto_ignores_a_cold_cache", COMPILED,
+          '    if mode == "auto" and earlier is None and cfg.total_env_steps < COLD_MIN_ENV_STEPS:',
+          '    if False:',
+          (AUTO,),
+          "auto compiles a 1M-step run whose graphs take minutes to compile from an empty cache (slower than eager)"),
+        M("compiled_shape_key_keeps_the_seed", SHAPES,
+          'UNRELATED = ("seed", "run_dir",',
+          'UNRELATED = ("run_dir",',
+          (AUTO,),
+          "another seed of a compiled shape counts as cold: sweeps over seeds never get the warm threshold"),
+        M("compiled_shape_key_drops_num_envs", SHAPES,
+          '             "checkpoint_interval", "log")',
+          '             "checkpoint_interval", "log", "num_envs")',
+          (AUTO,),
+          "a learner of another E (other graphs) counts as warm: auto compiles it at 1M and pays minutes"),
+        M("compiled_run_not_remembered", EXPERIMENT,
+          "                    compiled_shapes.remember(g.learner.cfg, self.device, first - second)",
+          "                    pass",
+          (f"{T}::test_compiled_run_equals_the_eager_run[mlp]",),
+          "a compiled run leaves no record: auto keeps treating its shape as cold"),
         M("compile_recurrent_not_blocked", COMPILED,
           'if cfg.actor == "rnn" or (cfg.actor == "hyper" and "history" in cfg.hyper.context):',
           'if cfg.actor == "hyper" and "history" in cfg.hyper.context:',

@@ -6,6 +6,8 @@ UNROLLED = "tests/test_compiled.py::test_unrolled_steps_stop_at_the_first_nonfin
 GATE = f"{UNROLLED}[uncompiled-3-6-4]"  # graphs of 3 steps: the gate's chaining shows from the 3rd
 UNEVEN = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp]"
 NO_NORM = "tests/test_compiled.py::test_compiled_run_equals_the_eager_run[mlp-tanh-no-norm]"
+PER_GRAPH = "tests/test_compiled.py::test_steps_per_graph_is_one_unless_the_environment_says_more"
+DECISION = "src/hypermappo/compile/decision.py"
 MAPPO = "src/hypermappo/algos/mappo.py"
 FUSED = "src/hypermappo/algos/fused_step.py"
 ROLLOUT = "src/hypermappo/storage/rollout.py"
@@ -32,8 +34,18 @@ def mutations(M):
         M("unrolled_groups_of_uneven_minibatches", MAPPO,
           "    if len(rows) > 1 or len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:",
           "    if len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:",
-          (UNEVEN,),
+          (PER_GRAPH, UNEVEN),
           "mini-batches of different sizes unrolled in one graph, against the guard-skipping key of the first"),
+        M("steps_per_graph_setting_ignored", MAPPO,
+          "    most = unroll_setting() or STEPS_PER_GRAPH",
+          "    most = STEPS_PER_GRAPH",
+          (PER_GRAPH,),
+          "HYPERMAPPO_STEPS_PER_GRAPH has no effect: a long run cannot unroll its mini-batch steps"),
+        M("steps_per_graph_setting_unbounded", DECISION,
+          "    if not (flag.isdigit() and 1 <= int(flag) <= 16):",
+          "    if not flag.isdigit():",
+          (PER_GRAPH,),
+          "HYPERMAPPO_STEPS_PER_GRAPH=0 or 17 accepted without a word (0 silently means the default)"),
         M("shuffle_slices_not_the_drawn_rows", ROLLOUT,
           "    parts = {k: v.index_select(0, perm).split(sizes) for k, v in fields.items()}",
           "    parts = {k: v.index_select(0, perm.sort().values).split(sizes) for k, v in fields.items()}",

@@ -18,14 +18,18 @@ from hypermappo.algos import micro_batch
 from hypermappo.algos.adam import adam
 from hypermappo.algos.norms import grad_norm
 from hypermappo.algos.value_norm import build_value_norm
+from hypermappo.compile.decision import unroll_setting
 from hypermappo.config import data_chunk_length
 from hypermappo.errors import NonFiniteError
 from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
 
-# at most this many mini-batch steps unrolled in one compiled graph: each saves a call's wrappers and guards, and
-# costs its share of compiling, more than linear in the steps (a 40-step test run of the default MLP, from an empty
-# graph cache on a 2-core AMD EPYC: 49 s with one step per graph, 111 s with two)
-STEPS_PER_GRAPH = 4
+# at most this many mini-batch steps unrolled in one compiled graph (HYPERMAPPO_STEPS_PER_GRAPH overrides it): each
+# saves a call's wrappers and guards, and costs its share of compiling, more than linear in the steps. IPPO at
+# JaxMARL's settings (E = 16, 16 mini-batch steps an update), 2-core AMD EPYC, empty graph cache: the first update
+# took 369 s with 4 steps per graph and 173 s with 1; warm, the update took 56 against 66 ms (3 rounds side by side)
+# and end to end 19,456 against 19,968 env-steps/s. Four pay back their extra compile only past ~20,000 updates
+# from a cold cache, so one is the default; runs that share a warm cache (sweeps of one shape) may set 4
+STEPS_PER_GRAPH = 1
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -272,7 +276,8 @@ def steps_per_graph(batches: list[dict], num_agents: int, micro_size: int) -> in
     rows = {b["active"].shape[0] for b in batches}
     if len(rows) > 1 or len(micro_batch.row_blocks(rows.pop(), num_agents, micro_size)) > 1:
         return 1
-    return max(d for d in range(1, STEPS_PER_GRAPH + 1) if len(batches) % d == 0)
+    most = unroll_setting() or STEPS_PER_GRAPH
+    return max(d for d in range(1, most + 1) if len(batches) % d == 0)
 
 
 def nonfinite_term(stats: dict[str, torch.Tensor]) -> str:

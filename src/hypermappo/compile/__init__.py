@@ -6,6 +6,7 @@ column_sum.py, bias_epilogue.py, bool_masks.py)."""
 from hypermappo.compile.cache_dir import DEFAULT_CACHE
 from hypermappo.compile.decision import (
     AUTO_MIN_ENV_STEPS,
+    COLD_MIN_ENV_STEPS,
     TESTED_TORCH,
     blocker,
     compile_fn,
@@ -19,5 +20,5 @@ from hypermappo.compile.decision import (
     torch_range,
 )
 
-__all__ = ["AUTO_MIN_ENV_STEPS", "DEFAULT_CACHE", "TESTED_TORCH", "blocker", "compile_fn", "configure",
+__all__ = ["AUTO_MIN_ENV_STEPS", "COLD_MIN_ENV_STEPS", "DEFAULT_CACHE", "TESTED_TORCH", "blocker", "compile_fn", "configure",
            "cpu_kernels_report", "cpu_tuning_blocker", "cxx_compiler", "decide", "pass_key", "switch", "torch_range"]

@@ -11,10 +11,11 @@ direction (`linear_act_norm.py`), other large row-major products in oneDNN rathe
 weight gradients over many rows in a C kernel (`weight_grad.py`), and a forward / backward pair of graphs
 recomputes comparison masks instead of saving them as bool (`bool_masks.py`). The maths
 is the eager code's: sampling keeps the global RNG stream (Inductor's `fallback_random`), so a compiled run and
-an eager run with one seed differ only by float rounding. Compiling costs tens of seconds on the first update
-(seconds when the graphs are in the cache, `TORCHINDUCTOR_CACHE_DIR`, default ~/.cache/hypermappo/inductor), so
-`auto` turns it on only for runs long enough to pay that back and where every compiled function has no graph
-break; the run header says which and why.
+an eager run with one seed differ only by float rounding. Compiling costs minutes on the first update from an
+empty cache (2-core AMD EPYC: ~3 min) and tens of seconds when the graphs are in the cache (`TORCHINDUCTOR_CACHE_DIR`,
+default ~/.cache/hypermappo/inductor; compiled_shapes.py records which learners' graphs are), so `auto` turns it on
+only for runs long enough to pay that back, from 1M env steps warm and 10M cold, and where every compiled function
+has no graph break; the run header says which and why.
 
 The CPU tuning (C++ calling code, the decomposed tanh, the graph passes and their C kernels) is Inductor's CPU
 backend's and was tested with torch `TESTED_TORCH` only: it is installed for a learner on the CPU under such a
@@ -33,11 +34,16 @@ import os
 import shutil
 from pathlib import Path
 
+from hypermappo.compile import compiled_shapes
 from hypermappo.errors import UserError
 
-# auto: on from this many env steps (at ~10-20k env-steps/s the eager run takes over a minute; compiling from a
-# cold cache takes 20-60 s on 2 cores, from a warm one a few seconds)
+# auto: on from this many env steps where this cache already holds the learner's graphs (compiled_shapes.py: a warm
+# compile takes ~20-30 s on 2 cores; at ~13-20k env-steps/s a 1M-step eager run takes about a minute), and from
+# COLD_MIN_ENV_STEPS where it does not: from an empty cache, on a 2-core AMD EPYC, MAPPO at the paper's settings
+# (E = 1024) took 180 s to compile and then saved 0.55 s per update of 25,600 env steps (paid back after ~8.4M env
+# steps); IPPO at JaxMARL's settings (E = 16) took 173 s and paid back after ~0.9M
 AUTO_MIN_ENV_STEPS = 1_000_000
+COLD_MIN_ENV_STEPS = 10_000_000
 # the torch versions the CPU tuning (graph passes, kernels, Inductor CPU settings) was tested with: [low, high)
 TESTED_TORCH = ((2, 13), (2, 14))
 PROBED = ("linear_act_norm", "weight_grad", "onednn_gemm")  # passes taken per shape where a probe finds them faster
@@ -81,10 +87,34 @@ def decide(cfg, device) -> tuple[bool, str]:
     if mode == "auto" and cfg.total_env_steps < AUTO_MIN_ENV_STEPS:
         return False, (f"compile: off (auto: {cfg.total_env_steps:,} env steps < {AUTO_MIN_ENV_STEPS:,}, too short to "
                        f"pay back compiling; ppo.compile=on forces it)")
+    earlier = compiled_shapes.recorded(cfg, device)
+    if mode == "auto" and earlier is None and cfg.total_env_steps < COLD_MIN_ENV_STEPS:
+        return False, (f"compile: off (auto: this cache holds no graphs of this learner yet, and compiling them takes "
+                       f"minutes, paid back from ~{COLD_MIN_ENV_STEPS:,} env steps > {cfg.total_env_steps:,}; "
+                       f"ppo.compile=on compiles them once, after which runs of this shape compile from "
+                       f"{AUTO_MIN_ENV_STEPS:,})")
+    unroll = unroll_setting()  # checked before the run starts, not at its first update
     configure(device)
     why = "ppo.compile=on" if mode == "on" else f"auto: {cfg.total_env_steps:,} env steps"
+    if mode == "auto":
+        why += (f", graphs of this shape compiled in this cache before ({earlier['compile_s']:.0f} s)" if earlier
+                else " (no graphs of this shape in this cache: compiling takes minutes)")
+    if unroll is not None:
+        why += f"; up to {unroll} mini-batch steps per graph (HYPERMAPPO_STEPS_PER_GRAPH)"
     return True, (f"compile: on ({why}; policy step + PPO update as graphs, compiled during the first update, cache "
                   f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}); {cpu_tuning_note(device)}")
+
+
+def unroll_setting() -> int | None:
+    """HYPERMAPPO_STEPS_PER_GRAPH: the most PPO mini-batch steps one compiled graph runs (algos/mappo.py
+    STEPS_PER_GRAPH when unset, None here); a value that is not an integer from 1 to 16 is a one-line error."""
+    flag = os.environ.get("HYPERMAPPO_STEPS_PER_GRAPH")
+    if flag is None:
+        return None
+    if not (flag.isdigit() and 1 <= int(flag) <= 16):
+        raise UserError(f"HYPERMAPPO_STEPS_PER_GRAPH={flag!r}: expected an integer from 1 to 16 (mini-batch steps per "
+                        "compiled graph)")
+    return int(flag)
 
 
 def torch_range() -> str:
