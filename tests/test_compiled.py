@@ -111,9 +111,9 @@ def test_the_switch_takes_0_or_1_only(monkeypatch, module, var, bad):
 
 
 def test_steps_per_graph_is_one_unless_the_environment_says_more(monkeypatch):
-    """An epoch's 16 equal mini-batch steps: one per graph by default (4 took 2x the cold compile for ~15% of the
-    update), HYPERMAPPO_STEPS_PER_GRAPH=N takes the largest divisor of 16 up to N; anything but 1..16 is an error
-    that decide() raises before the run starts."""
+    """An epoch's 16 equal mini-batch steps: one per graph by default (4 took twice the cold compile:
+    benchmarks/results/compile_cost_amd.md), HYPERMAPPO_STEPS_PER_GRAPH=N takes the largest divisor of 16 up to N;
+    anything but 1..16 is an error that decide() raises before the run starts."""
     from hypermappo.algos import mappo
 
     batches = [{"active": torch.ones(6, 2)}] * 16

@@ -25,10 +25,9 @@ from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
 
 # at most this many mini-batch steps unrolled in one compiled graph (HYPERMAPPO_STEPS_PER_GRAPH overrides it): each
 # saves a call's wrappers and guards, and costs its share of compiling, more than linear in the steps. IPPO at
-# JaxMARL's settings (E = 16, 16 mini-batch steps an update), 2-core AMD EPYC, empty graph cache: the first update
-# took 369 s with 4 steps per graph and 173 s with 1; warm, the update took 56 against 66 ms (3 rounds side by side)
-# and end to end 19,456 against 19,968 env-steps/s. Four pay back their extra compile only past ~20,000 updates
-# from a cold cache, so one is the default; runs that share a warm cache (sweeps of one shape) may set 4
+# JaxMARL's settings (E = 16, 16 mini-batch steps an update), 2-core AMD EPYC, empty graph cache: 333 s to compile
+# with 4 steps per graph, 164 s with 1 (benchmarks/results/compile_cost_amd.md); what 4 save while running:
+# compile_cost_unroll_amd.md. One is the default; runs that share a warm cache (sweeps of one shape) may set 4
 STEPS_PER_GRAPH = 1
 
 

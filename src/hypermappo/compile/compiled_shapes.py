@@ -1,9 +1,10 @@
 """Which learner shapes this machine's graph cache already holds: what `ppo.compile=auto` needs to price compiling.
 
-Why: compiling from an empty cache takes minutes, from a warm one seconds. On a 2-core AMD EPYC, MAPPO at the
-paper's settings (E = 1024) took 180 s to compile cold and ~20 s warm, for 0.55 s saved per update of 25,600 env
-steps: it pays back after ~8M env steps cold, ~1M warm. So `auto` compiles a run of 1M env steps only where a run of
-the same shape has compiled in this cache before, and otherwise from COLD_MIN_ENV_STEPS (decision.py).
+Why: compiling from an empty cache takes minutes, from a warm one tens of seconds. On a 2-core AMD EPYC
+(benchmarks/results/compile_cost_amd.md), MAPPO at the paper's settings (E = 1024) took 174 s to compile cold and 21 s
+warm, for 0.71 s saved per update of 25,600 env steps: it pays back after 6.3M env steps cold, 0.8M warm. So `auto`
+compiles a run of 1M env steps only where a run of the same shape has compiled in this cache before, and otherwise
+from COLD_MIN_ENV_STEPS (decision.py).
 
 A compiled run records its learner's shape here after its first update (`remember`): the config without what leaves
 the graphs alone (seed, length, run directory, evaluation, checkpoints, logging, `ppo.compile` itself), the device

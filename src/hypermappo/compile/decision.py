@@ -37,11 +37,11 @@ from pathlib import Path
 from hypermappo.compile import compiled_shapes
 from hypermappo.errors import UserError
 
-# auto: on from this many env steps where this cache already holds the learner's graphs (compiled_shapes.py: a warm
-# compile takes ~20-30 s on 2 cores; at ~13-20k env-steps/s a 1M-step eager run takes about a minute), and from
-# COLD_MIN_ENV_STEPS where it does not: from an empty cache, on a 2-core AMD EPYC, MAPPO at the paper's settings
-# (E = 1024) took 180 s to compile and then saved 0.55 s per update of 25,600 env steps (paid back after ~8.4M env
-# steps); IPPO at JaxMARL's settings (E = 16) took 173 s and paid back after ~0.9M
+# auto: on from this many env steps where this cache already holds the learner's graphs (compiled_shapes.py), and
+# from COLD_MIN_ENV_STEPS where it does not. benchmarks/results/compile_cost_amd.md (2-core AMD EPYC): MAPPO at the
+# paper's settings (E = 1024) took 174 s to compile from an empty cache and 21 s from a warm one, then saved 0.71 s
+# per update of 25,600 env steps (paid back after 6.3M env steps cold, 0.8M warm); IPPO at JaxMARL's (E = 16) after
+# 0.8M cold
 AUTO_MIN_ENV_STEPS = 1_000_000
 COLD_MIN_ENV_STEPS = 10_000_000
 # the torch versions the CPU tuning (graph passes, kernels, Inductor CPU settings) was tested with: [low, high)
