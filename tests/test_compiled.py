@@ -173,6 +173,12 @@ def test_auto_compiles_long_feed_forward_runs_only_and_says_why(tmp_path, monkey
     off, line = decide(cfg_of("staghunt/default", ["coplayer.enabled=true", "coplayer.model=gru",
                                                    f"total_env_steps={AUTO_MIN_ENV_STEPS}"]), CPU)
     assert not off and line.startswith("compile: off (auto: the co-player model (gru")
+    # a damaged record (not JSON; an entry that is no record): nothing is known to be compiled
+    cfg = cfg_of("staghunt/default", [f"total_env_steps={AUTO_MIN_ENV_STEPS}"])
+    for text in ("{not json", json.dumps({compiled_shapes.shape_key(cfg, CPU): "compiled"})):
+        compiled_shapes.cache_path().write_text(text)
+        off, line = decide(cfg, CPU)
+        assert not off and "this cache holds no graphs of this learner yet" in line
 
 
 @pytest.mark.parametrize("overrides, reason", [

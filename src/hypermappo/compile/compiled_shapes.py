@@ -66,7 +66,9 @@ def _read() -> dict:
 
 def recorded(cfg, device) -> dict | None:
     """The record of an earlier compile of this shape in this cache ({"compile_s": ...}), or None."""
-    return _read().get(shape_key(cfg, device))
+    entry = _read().get(shape_key(cfg, device))
+    ok = isinstance(entry, dict) and isinstance(entry.get("compile_s"), (int, float))
+    return entry if ok else None  # a record damaged by hand counts as none
 
 
 def remember(cfg, device, compile_s: float) -> None:
