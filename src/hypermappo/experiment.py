@@ -762,7 +762,7 @@ class Experiment:
             self.summary_extra["compile_s"] = round(max(0.0, first - second), 2)
             for g in self.groups:  # their graphs are in the cache now: ppo.compile=auto prices the next run so
                 if g.learner is not None and g.learner.compiled:
-                    compiled_shapes.remember(g.learner.cfg, self.device, first - second)
+                    compiled_shapes.remember(g.learner.cfg, self.device, self.summary_extra["compile_s"])
             kernels = cpu_kernels_report() if self.device.type == "cpu" else None  # the probed CPU passes' choices
             if kernels:
                 self.summary_extra["cpu_kernels"] = kernels

@@ -79,7 +79,7 @@ def mutations(M):
           (AUTO,),
           "an entry that is no record (edited by hand) crashes the run header instead of counting as none"),
         M("compiled_run_not_remembered", EXPERIMENT,
-          "                    compiled_shapes.remember(g.learner.cfg, self.device, first - second)",
+          "                    compiled_shapes.remember(g.learner.cfg, self.device, self.summary_extra[\"compile_s\"])",
           "                    pass",
           (f"{T}::test_compiled_run_equals_the_eager_run[mlp]",),
           "a compiled run leaves no record: auto keeps treating its shape as cold"),
