@@ -42,13 +42,10 @@ SETTINGS = {
 
 def row(setting: str, mode: str, cache: str, threads: int) -> dict:
     label, e, over, env = SETTINGS[setting]
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-    for k in ("HYPERMAPPO_STEPS_PER_GRAPH",):
-        os.environ.pop(k, None)
-    os.environ.update(env)
     c = case(f"{setting} {mode}", "mpe:simple_spread", e, threads,
              [*over, f"ppo.compile={'off' if mode == 'eager' else 'on'}"])
-    r = run_worker(c, 2, 5, 3.0, 30.0, 1800, None)
+    r = run_worker(c, 2, 5, 3.0, 30.0, 1800, None,
+                   {"TORCHINDUCTOR_CACHE_DIR": cache, "HYPERMAPPO_STEPS_PER_GRAPH": None, **env})
     if "skipped" in r:
         raise SystemExit(f"compile_cost.py: {setting} {mode}: {r['skipped']}")
     return r

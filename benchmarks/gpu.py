@@ -54,43 +54,20 @@ def rows(device: str, quick: bool, compile_rows: bool, cudagraphs: bool) -> list
         if cudagraphs:  # Inductor's CUDA graphs (what torch.compile's mode="reduce-overhead" turns on): a probe row
             modes["compiled+cudagraphs"] = ("ppo.compile=on", {"TORCHINDUCTOR_CUDAGRAPHS": "1",
                                                                 "TORCH_LOGS": "perf_hints"})
-    out = []
-    for e in ippo_e:
-        out.append(("ippo", case("ippo eager", "mpe:simple_spread", e, threads, [*JAXMARL, f"device={device}",
-                                                                                  "ppo.compile=off"]), {}))
-    for e in mappo_e:
-        out.append(("mappo", case("mappo eager", "mpe:simple_spread", e, threads,
-                                  ["algo=mappo", "actor=mlp", f"device={device}", "ppo.compile=off"]), {}))
+    settings = {"ippo": JAXMARL, "mappo": ["algo=mappo", "actor=mlp"]}
+
+    def row(setting: str, e: int, mode: str) -> tuple[str, dict, dict]:
+        flag, env = modes[mode]
+        return setting, case(f"{setting} {mode}", "mpe:simple_spread", e, threads,
+                             [*settings[setting], f"device={device}", flag]), env
+
+    compiled = [m for m in modes if m != "eager"]
+    out = [*(row("ippo", e, "eager") for e in ippo_e), *(row("mappo", e, "eager") for e in mappo_e)]
     # compiled: the headline point first (IPPO at E = 1024, plain then with CUDA graphs), then the rest
-    compiled = [(m, f, env) for m, (f, env) in modes.items() if m != "eager"]
-    for e in (ippo_e if quick else [1024]):
-        for mode, flag, env in compiled:
-            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
-                                     [*JAXMARL, f"device={device}", flag]), env))
-    for e in mappo_e:
-        for mode, flag, env in compiled[:1]:
-            out.append(("mappo", case(f"mappo {mode}", "mpe:simple_spread", e, threads,
-                                      ["algo=mappo", "actor=mlp", f"device={device}", flag]), env))
-    for e in ([] if quick else [e for e in ippo_e if e > 1024]):
-        for mode, flag, env in compiled:
-            out.append(("ippo", case(f"ippo {mode}", "mpe:simple_spread", e, threads,
-                                     [*JAXMARL, f"device={device}", flag]), env))
+    out += [row("ippo", e, m) for e in (ippo_e if quick else [1024]) for m in compiled]
+    out += [row("mappo", e, m) for e in mappo_e for m in compiled[:1]]
+    out += [row("ippo", e, m) for e in ([] if quick else [e for e in ippo_e if e > 1024]) for m in compiled]
     return out
-
-
-def run_row(c: dict, env: dict, warmup: int, iters: int, min_s: float, max_s: float, timeout: float) -> dict:
-    """One row in a fresh process with `env` added to its environment."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        r = run_worker(c, warmup, iters, min_s, max_s, timeout, None)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return {**r, "extra_env": env}
 
 
 def jaxmarl_python(given: str | None) -> str | None:
@@ -176,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append((setting, {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"}))
         else:
             timeout = min(args.timeout if "eager" in c["variant"] else args.compile_timeout, left())
-            results.append((setting, run_row(c, env, warmup, iters, min_s, max_s, timeout)))
+            results.append((setting, {**run_worker(c, warmup, iters, min_s, max_s, timeout, None, env),
+                                      "extra_env": env}))
         r = results[-1][1]
         print(f"  {c['variant']} E={c['num_envs']}: "
               f"{r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} ({time.perf_counter() - start:.0f} s)",

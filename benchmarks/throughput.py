@@ -370,11 +370,17 @@ def measure(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: f
 
 
 def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds: float, timeout: float,
-               src: str | None) -> dict:
-    """One row in a fresh process; `src` puts another source tree (a baseline) first on the import path."""
+               src: str | None, extra_env: dict | None = None) -> dict:
+    """One row in a fresh process; `src` puts another source tree (a baseline) first on the import path,
+    `extra_env` sets (a str value) or unsets (None) variables of that process's environment only."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(c), str(warmup), str(iters),
            str(min_seconds), str(max_seconds)]
     env = dict(os.environ)
+    for k, v in (extra_env or {}).items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     env["OMP_NUM_THREADS"] = str(c["threads"])
     if src:
         env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
@@ -388,7 +394,7 @@ def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds
         err = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}, no output"])[-1]
         return {**c, "skipped": err[:200], "stderr_tail": done.stderr[-4000:]}
     row = json.loads(lines[-1])
-    if os.environ.get("TORCH_LOGS") and done.stderr.strip():  # asked for torch's own logs: keep their end
+    if env.get("TORCH_LOGS") and done.stderr.strip():  # asked for torch's own logs: keep their end
         row["stderr_tail"] = done.stderr[-4000:]
     return row
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from functools import cache
 from pathlib import Path
 
-from hypermappo.compile.cache_dir import DEFAULT_CACHE
+from hypermappo.compile.cache_dir import cache_file, read_record, write_record
 
 FILE = "hypermappo_compiled_shapes.json"
 # config fields that do not change which graphs a learner compiles
@@ -30,7 +29,7 @@ UNRELATED = ("seed", "run_dir", "total_env_steps", "eval_interval", "eval_at_ste
 
 
 def cache_path() -> Path:
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or DEFAULT_CACHE) / FILE
+    return cache_file(FILE)
 
 
 @cache
@@ -56,30 +55,15 @@ def shape_key(cfg, device) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def _read() -> dict:
-    try:
-        data = json.loads(cache_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):  # none yet, or unreadable: nothing is known to be compiled
-        return {}
-
-
 def recorded(cfg, device) -> dict | None:
     """The record of an earlier compile of this shape in this cache ({"compile_s": ...}), or None."""
-    entry = _read().get(shape_key(cfg, device))
+    entry = read_record(cache_path()).get(shape_key(cfg, device))
     ok = isinstance(entry, dict) and isinstance(entry.get("compile_s"), (int, float))
     return entry if ok else None  # a record damaged by hand counts as none
 
 
 def remember(cfg, device, compile_s: float) -> None:
-    """Record that this shape's graphs are now in the cache (written atomically; a read-only cache keeps nothing)."""
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _read()
-        data[shape_key(cfg, device)] = {"compile_s": round(compile_s, 1), "env": cfg.env, "num_envs": cfg.num_envs}
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel runs may write at once: publish atomically
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    """Record that this shape's graphs are now in the cache."""
+    data = read_record(cache_path())
+    data[shape_key(cfg, device)] = {"compile_s": round(compile_s, 1), "env": cfg.env, "num_envs": cfg.num_envs}
+    write_record(cache_path(), data)

@@ -87,7 +87,7 @@ def decide(cfg, device) -> tuple[bool, str]:
     if mode == "auto" and cfg.total_env_steps < AUTO_MIN_ENV_STEPS:
         return False, (f"compile: off (auto: {cfg.total_env_steps:,} env steps < {AUTO_MIN_ENV_STEPS:,}, too short to "
                        f"pay back compiling; ppo.compile=on forces it)")
-    earlier = compiled_shapes.recorded(cfg, device)
+    earlier = compiled_shapes.recorded(cfg, device) if mode == "auto" else None
     if mode == "auto" and earlier is None and cfg.total_env_steps < COLD_MIN_ENV_STEPS:
         return False, (f"compile: off (auto: this cache holds no graphs of this learner yet, and compiling them takes "
                        f"minutes, paid back from ~{COLD_MIN_ENV_STEPS:,} env steps > {cfg.total_env_steps:,}; "

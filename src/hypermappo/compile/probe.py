@@ -36,7 +36,6 @@ what was taken and why, for the run's `compile:` line and summary.json.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from hypermappo.compile.cache_dir import DEFAULT_CACHE
+from hypermappo.compile.cache_dir import cache_file, read_record, write_record
 from hypermappo.errors import UserError
 
 MARGIN = 0.9  # a kernel is taken where its best time is at most this fraction of the ATen op's
@@ -85,14 +84,11 @@ def fingerprint() -> tuple:
 
 
 def cache_path() -> Path:
-    return Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or DEFAULT_CACHE) / FILE
+    return cache_file(FILE)
 
 
 def _read() -> dict:
-    try:
-        return json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
+    return read_record(cache_path())
 
 
 def cached(key: str) -> dict | None:
@@ -102,17 +98,10 @@ def cached(key: str) -> dict | None:
 
 
 def _store(key: str, record: dict) -> None:
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _read()
-        entry = data.setdefault(machine_key(), {"cpu": cpu_model(), "torch": torch.__version__, "probes": {}})
-        entry["probes"][key] = record
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # parallel compiles may write at once: publish atomically
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache: the answer holds for this process only
-        pass
+    data = _read()
+    entry = data.setdefault(machine_key(), {"cpu": cpu_model(), "torch": torch.__version__, "probes": {}})
+    entry["probes"][key] = record
+    write_record(cache_path(), data)
 
 
 def describe(*vals) -> str:
