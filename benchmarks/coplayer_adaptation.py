@@ -466,10 +466,12 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
             if seen.exists() and not held_out.endswith("-early"):
                 seen_results = json.loads(seen.read_text())["results"]
                 for kind, pick in (("scripted", True), ("learned", False)):
-                    accs = [r["action_accuracy"]["overall"] for r in seen_results
-                            if r["source"].startswith("scripted:") == pick]
-                    if accs:
-                        row[f"seen_{kind}_acc"] = float(np.mean(accs))
+                    mine = [r for r in seen_results if r["source"].startswith("scripted:") == pick]
+                    for key, name in (("acc", "action_accuracy"), ("ceiling", "policy_action_accuracy"),
+                                      ("goal", "goal_accuracy")):
+                        xs = [r[name]["overall"] for r in mine if name in r]
+                        if xs:
+                            row[f"seen_{kind}_{key}"] = float(np.nanmean(xs))
             rows.append(row)
     return rows or None
 
@@ -538,14 +540,24 @@ def inference_report(args, seeds: list[int]) -> None:
             oracle = np.array([r["oracle_acc"] for r in rows if r["held_out"] != "random"], dtype=float)
             ceiling = np.array([r["ceiling_acc"] for r in rows], dtype=float)
             acc_all = np.array([r["action_acc"] for r in rows], dtype=float)
-            lines.append(f"- {v}: held-out action accuracy over the partners that can be predicted (every fold but "
-                         f"random, whose ceiling is 0.2): {np.nanmean(predictable):.2f} (oracle {np.nanmean(oracle):.2f}); "
-                         f"over every fold {np.nanmean(acc_all):.2f} of a ceiling of {np.nanmean(ceiling):.2f} "
-                         f"({np.nanmean(acc_all) / np.nanmean(ceiling):.0%}); "
-                         f"held-out NLL {np.nanmean(nll):.3f} (uniform: ln 5 = 1.609)")
+            if predictable.size:  # (a run of the random fold alone has no predictable held-out partner)
+                lines.append(f"- {v}: held-out action accuracy over the partners that can be predicted (every fold "
+                             f"but random, whose ceiling is 0.2): {np.nanmean(predictable):.2f} (oracle "
+                             f"{np.nanmean(oracle):.2f}); over every fold {np.nanmean(acc_all):.2f} of a ceiling of "
+                             f"{np.nanmean(ceiling):.2f} ({np.nanmean(acc_all) / np.nanmean(ceiling):.0%}); "
+                             f"held-out NLL {np.nanmean(nll):.3f} (uniform: ln 5 = 1.609)")
+            else:
+                lines.append(f"- {v}: held-out (the random mover only) action accuracy {np.nanmean(acc_all):.2f}, "
+                             f"NLL {np.nanmean(nll):.3f} (uniform: ln 5 = 1.609)")
+            seen_c = np.array([r.get("seen_learned_ceiling", np.nan) for r in rows], dtype=float)
+            seen_g = np.array([r.get("seen_learned_goal", np.nan) for r in rows], dtype=float)
+            learned = (f"the frozen learner {np.nanmean(seen_l):.2f} [{np.nanmin(seen_l):.2f}-{np.nanmax(seen_l):.2f}] "
+                       f"over {int(np.isfinite(seen_l).sum())} runs (its own mode, the ceiling: "
+                       f"{np.nanmean(seen_c):.2f}; goal accuracy {np.nanmean(seen_g):.2f})"
+                       if np.isfinite(seen_l).any() else "no frozen learner")
             lines.append(f"  - in-distribution (its training partners, memory on): the scripted ones but random "
-                         f"{np.nanmean(seen_s):.2f}, the frozen learner {np.nanmean(seen_l):.2f} (it samples its "
-                         f"moves: see the oracle's row for the learned fold)")
+                         f"{np.nanmean(seen_s):.2f}, {learned} (it samples its moves: see the oracle's row for the "
+                         f"learned fold)")
             ret_mid = np.array([r.get("return_mid", np.nan) for r in rows], dtype=float)
             ret_end = np.array([r.get("return_end", np.nan) for r in rows], dtype=float)
             acc_mid = np.array([r.get("online_acc_mid", np.nan) for r in rows], dtype=float)
@@ -571,6 +583,7 @@ def inference_report(args, seeds: list[int]) -> None:
     if not lines:
         return
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     name = out.name.replace("coplayer_adaptation", "coplayer_inference")
     out = out.with_name(name if name != out.name else name + "_inference")
     meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs, "K": args.k,

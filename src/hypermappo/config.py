@@ -279,9 +279,11 @@ class CoplayerConfig:
                                       "partner takes up now also depends on the state (a coin game's selfish player "
                                       "goes for whichever coin is there)", choices=["belief", "state"])
     member_heads: bool = opt(False, "bayes: one more read-out of the goal policies per member of the training "
-                                    "populations (learnt from that member's moves), and the belief over (member, "
-                                    "goal) pairs, with a member-free read-out for partners never met: a training "
-                                    "partner's own way of pursuing a goal is predicted, not the zoo's average")
+                                    "populations (learnt from that member's moves; a member whose goals no rule "
+                                    "gives, a frozen learner, also as a whole, from all its moves), and the belief "
+                                    "over (member, goal) pairs and members as a whole, with a member-free read-out "
+                                    "for partners never met: a training partner is predicted as itself, not as the "
+                                    "zoo's average")
     replay_size: int = opt(32768, "bayes: training samples (observer, co-player, step) kept from recent rollouts",
                            min=1)
     steps: int = opt(32, "bayes: Adam steps on replay mini-batches per update", min=1)

@@ -100,16 +100,19 @@ class GoalBelief:
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
         # with member heads (coplayer.member_heads) the belief is over hypotheses (read-out, named goal): read-out 0
-        # the member-free one, 1..M the training populations' members; plus "other". H = (1 + M) * (G - 1) + 1
+        # the member-free one, 1..M the training populations' members; then each member as a whole (its read-out's
+        # "other" row: for a member whose goals no rule gives, a frozen learner, learnt from all its moves, so that
+        # it is predicted as itself when met again); last "other", the counted moves. H = (1 + M) * (G - 1) + M + 1
         self.M = getattr(model, "n_members", 0)
-        self.H = (1 + self.M) * (self.G - 1) + 1
-        # the named goals' rows of the model's [(1 + M) * G, A] output, read-out by read-out (its own "other" rows
-        # are not hypotheses: "other" is the counted moves)
-        self.named_rows = torch.tensor([r * self.G + g for r in range(1 + self.M) for g in range(self.G - 1)],
-                                       device=slots.device)
-        # the prior a fresh belief starts from: uniform over goals, a goal's mass spread evenly over the read-outs
-        self.fresh = torch.cat([torch.full(((1 + self.M) * (self.G - 1),), 1.0 / (self.G * (1 + self.M))),
-                                torch.full((1,), 1.0 / self.G)]).to(slots.device)
+        self.H = (1 + self.M) * (self.G - 1) + self.M + 1
+        # the hypotheses' rows of the model's [(1 + M) * G, A] output: the named goals read-out by read-out, then the
+        # members' "other" rows, each member as a whole (the member-free read-out's is not one: its "other" is the
+        # counted moves)
+        self.named_rows = torch.tensor([r * self.G + g for r in range(1 + self.M) for g in range(self.G - 1)]
+                                       + [m * self.G + self.G - 1 for m in range(1, 1 + self.M)], device=slots.device)
+        # the prior a fresh belief starts from: uniform over goals, each goal's mass spread evenly over its 1 + M
+        # hypotheses (a named goal's read-outs; "other"'s members as a whole and the counted moves), so uniform
+        self.fresh = torch.full((self.H,), 1.0 / self.H, device=slots.device)
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
         # the per-partner online correction of the goal policies' moves (off at 0): logits + W h, W [E, K, N - 1, A, H]
@@ -211,17 +214,25 @@ class GoalBelief:
         return hypotheses, evidence, pred.exp() if raw is not None else None, log_pred, goal_probs, belief_features
 
     def _named(self, log_pi: torch.Tensor) -> torch.Tensor:
-        """The model's [..., G, A] (member heads: [..., (1 + M) * G, A]) -> the named goals' rows [..., H - 1, A]."""
+        """The model's [..., G, A] (member heads: [..., (1 + M) * G, A]) -> the modelled hypotheses' rows [..., H - 1,
+        A]: the named goals (with member heads: per read-out, then each member as a whole)."""
         return log_pi[..., :-1, :] if self.M == 0 else log_pi.index_select(-2, self.named_rows)
 
     def goal_log_b(self) -> torch.Tensor:
-        """The goal posterior [E, K, N, G] (log): with member heads, each named goal's mass summed over read-outs."""
+        """The goal posterior [E, K, N, G] (log): with member heads, each named goal's mass summed over read-outs,
+        a member as a whole split over the named goals as that member's own goal hypotheses are now (a frozen learner
+        recognised as itself is after the goal its goal rows favour), and "other" the counted moves."""
         return self._goal_log_b(self.log_b)
 
     def _goal_log_b(self, log_b: torch.Tensor) -> torch.Tensor:
         if self.M == 0:
             return log_b
-        named = log_b[..., :-1].unflatten(-1, (1 + self.M, self.G - 1)).logsumexp(-2)
+        n = (1 + self.M) * (self.G - 1)
+        per_readout = log_b[..., :n].unflatten(-1, (1 + self.M, self.G - 1))  # [..., 1 + M, G - 1]
+        whole = log_b[..., n:n + self.M]  # [..., M]
+        # a member recognised as a whole pursues the goal its own goal rows favour now
+        as_goals = whole.unsqueeze(-1) + per_readout[..., 1:, :].log_softmax(-1)  # [..., M, G - 1]
+        named = torch.cat([per_readout, as_goals], -2).logsumexp(-2)
         return torch.cat([named, log_b[..., -1:]], -1)
 
     def _keep_hidden(self, log_pi: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -296,6 +307,10 @@ class GoalBelief:
                 "counts": self.counts, **({"W": self.W.clone()} if self.W is not None else {})}
 
     def load_state_dict(self, sd: dict) -> None:
+        if sd["log_b"].shape[-1] != self.H:  # member heads without whole rows held (1 + M) * (G - 1) + 1
+            raise UserError(f"resume: the checkpoint's goal belief holds {sd['log_b'].shape[-1]} hypotheses per "
+                            f"co-player, this model {self.H}: it was saved by a version of coplayer.member_heads "
+                            f"without members as a whole; start the run afresh")
         self.log_b, self.prior, self.prev, self.episode_index = (sd["log_b"], sd["prior"], sd["prev"],
                                                                  sd["episode_index"])
         self.counts = sd["counts"] if "counts" in sd else torch.zeros(*self.log_b.shape[:3], self.A,
@@ -471,8 +486,11 @@ class BayesCoplayer:
         known, the observer a learner slot (or any slot for a learner co-player with coplayer.self_model)."""
         N = self.N
         observer_ok = self.learner_slot.view(N, 1) | (self.c.self_model & self.learner_slot.view(1, N))  # [o, j]
+        # with member heads a population member's every move is a sample (one of no known goal trains the member's
+        # whole row only)
+        known = label >= 0 if self.member is None else (label >= 0) | (self.member > 0)
         keep = (self.active_all.unsqueeze(3) & self.active_all.unsqueeze(2) & ~torch.eye(N, dtype=torch.bool,
-                device=label.device) & observer_ok & (label >= 0).unsqueeze(2))  # [T, E, o, j]
+                device=label.device) & observer_ok & known.unsqueeze(2))  # [T, E, o, j]
         t, e, o, j = keep.nonzero().unbind(-1)  # in time order
         if t.numel() > self.c.replay_size:  # only the most recent fit in the replay
             t, e, o, j = (x[-self.c.replay_size:] for x in (t, e, o, j))
@@ -497,37 +515,62 @@ class BayesCoplayer:
     def _losses(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None):
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B], member hits)
         (`normed`: the batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free
-        read-out's cross-entropy plus, for a sample a population member played, that member's read-out's (the hit:
-        the member-free read-out's, the fit to a partner never met; member hits: each member's samples scored by
-        its own read-out, None without member heads). Then, with the goal read-out, its cross-entropy on the goal
-        label and its argmax hit ([B] each; None, None without)."""
+        read-out's cross-entropy plus, for a sample a population member played, that member's read-out's on its
+        goal (both where a goal is known, from a rule or in hindsight), and `whole`: for a member whose goals no
+        rule gives (a frozen learner), its own "other" row's on every one of its moves, labelled or not (the member
+        as a whole: a frozen learner met in training is predicted as itself). The hit: the member-free read-out's,
+        the fit to a partner never met (False where no goal is known); member hits: each member's samples scored by
+        its own read-out (by its whole row where it has one). Then, with the goal read-out, its cross-entropy on the
+        goal label and its argmax hit ([B] each, 0 and False where no goal is known; None, None without). Returns
+        (nll, hit, member_hit, goal_nll, goal_hit, whole), `whole` None without member heads."""
         obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
         # [B, G, A] ([B, (1+M) G, A]), [B, H]
         log_pi, hidden = self.model.log_probs_and_hidden(obs, batch["target"], batch["prev"], normed)
-        log_pi_g = log_pi.gather(1, batch["goal"].view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
+        goal, labelled = batch["goal"], None
+        if self.M:  # -1: a member's move of no known goal (it trains the member's whole row only)
+            labelled = goal >= 0
+            goal = goal.clamp(min=0)
+        log_pi_g = log_pi.gather(1, goal.view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
         nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
         hit = log_pi_g.argmax(-1) == batch["action"]
-        member_hit = None
+        member_hit = whole = None
         if self.M:
             member = batch["member"]
-            row = (member * self.G + batch["goal"]).view(-1, 1, 1).expand(-1, 1, self.A)
-            own_pi = log_pi.gather(1, row).squeeze(1)  # [B, A] the member's read-out (member 0: the member-free)
-            own = -own_pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
-            nll = nll + torch.where(member > 0, own, 0.0)
-            member_hit = (own_pi.argmax(-1) == batch["action"])[member > 0]
+
+            def member_nll(row):  # [B] rows of log_pi -> (-log pi(action), its argmax hit)
+                pi = log_pi.gather(1, row.view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
+                return -pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1), pi.argmax(-1) == batch["action"]
+
+            own, own_hit = member_nll(member * self.G + goal)  # the member's read-out on its goal (0: member-free)
+            nll = torch.where(labelled, nll + torch.where(member > 0, own, 0.0), 0.0)
+            hit = hit & labelled
+            as_whole = (member > 0) & ~batch["known"]  # a member whose goals no rule gives
+            whole, whole_hit = member_nll(member * self.G + self.OTHER)
+            whole = torch.where(as_whole, whole, 0.0)
+            member_hit = torch.where(as_whole, whole_hit, own_hit)[member > 0]
         goal_nll = goal_hit = None
         if self.model.goal_out is not None:
             log_q = self.model.goal_log_q(hidden)  # [B, G]
-            goal_nll = -log_q.gather(1, batch["goal"].unsqueeze(-1)).squeeze(-1)
-            goal_hit = log_q.argmax(-1) == batch["goal"]
-        return nll, hit, member_hit, goal_nll, goal_hit
+            goal_nll = -log_q.gather(1, goal.unsqueeze(-1)).squeeze(-1)
+            goal_hit = log_q.argmax(-1) == goal
+            if labelled is not None:
+                goal_nll, goal_hit = torch.where(labelled, goal_nll, 0.0), goal_hit & labelled
+        return nll, hit, member_hit, goal_nll, goal_hit, whole
 
     def step_loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor) -> torch.Tensor:
         """The loss of one Adam step on a replay mini-batch: the weighted mean cross-entropy of `_losses`, a goal known
         from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`; with the goal
-        read-out, its cross-entropy on the goal labels added with the same weights."""
-        nll, _, _, goal_nll, _ = self._losses(batch, normed)
+        read-out, its cross-entropy on the goal labels added with the same weights; with member heads, a member's
+        whole row on its every move with weight 1 (who played is known, not guessed)."""
+        nll, _, _, goal_nll, _, whole = self._losses(batch, normed)
         w = torch.where(batch["known"], 1.0, self.c.hindsight_weight)
+        if whole is not None:  # a sample of no known goal counts only in its member's whole row
+            w = torch.where(batch["goal"] >= 0, w, 0.0)
+            as_whole = ((batch["member"] > 0) & ~batch["known"]).to(w.dtype)
+            total = self.c.action_weight * ((w * nll).sum() + whole.sum())
+            if goal_nll is not None:
+                total = total + (w * goal_nll).sum()
+            return total / (w.sum() + as_whole.sum()).clamp(min=1e-8)
         if goal_nll is None:
             return self.c.action_weight * (w * nll).sum() / w.sum().clamp(min=1e-8)
         return (self.c.action_weight * (w * nll).sum() + (w * goal_nll).sum()) / w.sum().clamp(min=1e-8)
@@ -572,14 +615,19 @@ class BayesCoplayer:
             n = fresh["target"].numel()
             if n:  # on every k-th pair, at most FIT_SAMPLES spread over the rollout: a metric, not worth a full pass
                 every = -(-n // FIT_SAMPLES)
-                nll, hit, member_hit, goal_nll, goal_hit = self._losses({k: v[::every] for k, v in fresh.items()})
+                sample = {k: v[::every] for k, v in fresh.items()}
+                nll, hit, member_hit, goal_nll, goal_hit, _ = self._losses(sample)
+                if self.M:  # a member's moves of no known goal are samples too: the fit is scored on the labelled
+                    labelled = sample["goal"] >= 0
+                    nll, hit = nll[labelled], hit[labelled]
+                    goal_nll, goal_hit = (None, None) if goal_nll is None else (goal_nll[labelled], goal_hit[labelled])
                 metrics["coplayer_fit_loss"], metrics["coplayer_fit_acc"] = nll.mean(), hit.float().mean()
                 if goal_nll is not None:  # the goal read-out on the new rollout's labels, before training
                     metrics["coplayer_goal_fit_loss"] = goal_nll.mean()
                     metrics["coplayer_goal_fit_acc"] = goal_hit.float().mean()
                 if member_hit is not None and member_hit.numel():  # each member by its own read-out
                     metrics["coplayer_fit_acc_member"] = member_hit.float().mean()
-            metrics["coplayer_labelled_pairs"] = torch.tensor(float(fresh["target"].numel()))
+            metrics["coplayer_labelled_pairs"] = (fresh["goal"] >= 0).sum().float()
             self._push(fresh)
         if self.trains and self.replay_fill:
             B = min(c.batch_size, self.replay_fill)
