@@ -544,7 +544,7 @@ class BayesCoplayer:
             own, own_hit = member_nll(member * self.G + goal)  # the member's read-out on its goal (0: member-free)
             nll = torch.where(labelled, nll + torch.where(member > 0, own, 0.0), 0.0)
             hit = hit & labelled
-            as_whole = (member > 0) & ~batch["known"]  # a member whose goals no rule gives
+            as_whole = self._as_whole(batch)
             whole, whole_hit = member_nll(member * self.G + self.OTHER)
             whole = torch.where(as_whole, whole, 0.0)
             member_hit = torch.where(as_whole, whole_hit, own_hit)[member > 0]
@@ -557,6 +557,12 @@ class BayesCoplayer:
                 goal_nll, goal_hit = torch.where(labelled, goal_nll, 0.0), goal_hit & labelled
         return nll, hit, member_hit, goal_nll, goal_hit, whole
 
+    @staticmethod
+    def _as_whole(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[B] bool: the samples a member's whole row learns from, those of a member whose goals no rule gives (a
+        frozen learner; a scripted member's goal rows are it)."""
+        return (batch["member"] > 0) & ~batch["known"]
+
     def step_loss(self, batch: dict[str, torch.Tensor], normed: torch.Tensor) -> torch.Tensor:
         """The loss of one Adam step on a replay mini-batch: the weighted mean cross-entropy of `_losses`, a goal known
         from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`; with the goal
@@ -566,7 +572,7 @@ class BayesCoplayer:
         w = torch.where(batch["known"], 1.0, self.c.hindsight_weight)
         if whole is not None:  # a sample of no known goal counts only in its member's whole row
             w = torch.where(batch["goal"] >= 0, w, 0.0)
-            as_whole = ((batch["member"] > 0) & ~batch["known"]).to(w.dtype)
+            as_whole = self._as_whole(batch).to(w.dtype)
             total = self.c.action_weight * ((w * nll).sum() + whole.sum())
             if goal_nll is not None:
                 total = total + (w * goal_nll).sum()
