@@ -148,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     results, peers = [], {}
     python = jaxmarl_python(args.jaxmarl_python)
     eager = [r for r in plan if "eager" in r[1]["variant"]]
+    meta["jaxmarl"] = python
+    name = args.name or f"gpu_{device}" + ("_quick" if args.quick else "")
+
+    def save(echo: bool = False) -> None:  # after every row: a script cut short still leaves the rows done so far
+        meta["wall_s"] = time.perf_counter() - start
+        write_results(name, {"meta": meta, "rows": [{"setting": s, **r} for s, r in results], "jaxmarl": peers},
+                      markdown(results, peers, meta), echo)
+
     for setting, c, env in plan:
         if left() < 20:
             results.append((setting, {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"}))
@@ -159,17 +167,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {c['variant']} E={c['num_envs']}: "
               f"{r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} ({time.perf_counter() - start:.0f} s)",
               flush=True)
+        save()
         if python and (setting, c, env) == eager[-1]:  # the peer right after our eager rows, before any compiling
             for e in sorted({c2["num_envs"] for s2, c2, _ in plan if s2 == "ippo"}):
                 peers[e] = (jaxmarl_row(python, e, 2 if args.quick else 5, min(args.timeout, left())) if left() >= 20
                             else {"num_envs": e, "skipped": "not run: budget spent"})
                 print(f"  jaxmarl E={e}: {peers[e].get('skipped') or fmt(peers[e]['sps']) + ' env-steps/s'}",
                       flush=True)
-    meta["jaxmarl"] = python
-    meta["wall_s"] = time.perf_counter() - start
-    name = args.name or f"gpu_{device}" + ("_quick" if args.quick else "")
-    write_results(name, {"meta": meta, "rows": [{"setting": s, **r} for s, r in results], "jaxmarl": peers},
-                  markdown(results, peers, meta))
+                save()
+    save(echo=True)
     return 0
 
 

@@ -466,13 +466,14 @@ def machine() -> dict:
             "load_average_start": [round(x, 1) for x in os.getloadavg()]}
 
 
-def write_results(name: str, data: dict, text: str) -> None:
-    """benchmarks/results/NAME.json (the figures) and NAME.md (the table), and the table printed."""
+def write_results(name: str, data: dict, text: str, echo: bool = True) -> None:
+    """benchmarks/results/NAME.json (the figures) and NAME.md (the table), and (echo) the table printed."""
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(data, indent=1))
     (out / f"{name}.md").write_text(text)
-    print(text)
+    if echo:
+        print(text)
 
 
 def span(values: list[float]) -> str:

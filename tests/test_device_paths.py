@@ -97,3 +97,37 @@ def test_the_fused_capturable_adam_is_built_by_adam():
     p = torch.nn.Parameter(torch.randn(4))
     opt = adam([p], "cuda", lr=0.1)  # built on the CPU: the choice, not the device, is under test
     assert opt.defaults["fused"] and opt.defaults["capturable"] and opt.defaults["lr"] == 0.1
+
+
+@pytest.mark.parametrize("preset", ["mpe/simple_spread", "mpe/simple_spread compiled", "staghunt/default",
+                                    "staghunt/default compiled", "mpe/simple_spread hyper",
+                                    "coingame/default", "staghunt/egocentric"])
+def test_collection_and_update_make_no_tensor_where_the_device_is_not_said(tmp_path, monkeypatch, preset):
+    """A tensor made without a device lands on the CPU whatever the run's device, and meeting a CUDA tensor it is
+    an error (eager) or a host pointer handed to a kernel (a CUDA graph: 'invalid argument' at launch). With the
+    default device set to `meta`, every such tensor meets the run's CPU tensors as an error here. Compiled: the
+    graphs traced by Dynamo and run as traced (the compiled path's Python in seconds); sync-free collection on, as
+    on CUDA. (A hypernetwork actor is checked eager: Dynamo's fake copy of its `torch.func.grad` inputs under a
+    default-device context fails a torch-internal leaf check that has nothing to do with devices.)"""
+    from test_sync_free import graphs_traced_not_compiled
+
+    from hypermappo.runtime import sync_free
+
+    monkeypatch.setenv(sync_free.VAR, "1")
+    preset, *extra = preset.split()
+    overrides = [o for o in TINY if o.split("=")[0] not in ("rollout_length", "total_env_steps")] + [
+        "rollout_length=30", "total_env_steps=360"]
+    if "compiled" in extra:
+        graphs_traced_not_compiled(monkeypatch)
+        overrides = [o for o in overrides if o.split("=")[0] != "ppo.compile"] + ["ppo.compile=on"]
+    if "hyper" in extra:
+        overrides.append("actor=hyper")
+    exp = Experiment(config_mod.build_config(preset, overrides), tmp_path / "r", quiet=True)
+    exp._start_episodes()
+    exp.collect()
+    with torch.device("meta"):  # the default device for tensors made without one
+        exp.collect()
+        for g in exp.groups:
+            if g.learner is not None:
+                g.learner.algo.update(g.learner.buffer, g.learner.batch_generator)
+    exp.logger.close()

@@ -27,4 +27,4 @@ def step_tensor(opt: torch.optim.Optimizer, p: torch.Tensor) -> torch.Tensor:
     """A fresh step count for parameter `p` where `opt` (an Adam) would create it: on p's device when the
     optimiser is capturable or fused (so the count never leaves the device), else a CPU scalar."""
     on_device = opt.defaults.get("capturable") or opt.defaults.get("fused")
-    return torch.zeros((), dtype=torch.float32, device=p.device) if on_device else torch.tensor(0.0)
+    return torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu")

@@ -80,7 +80,7 @@ class FusedMinibatchStep:
         if self.compiled_block is None:
             self.compiled_block, self.compiled_apply = self.compile_fn(self.block_step), self.compile_fn(self.apply)
         grads = {n: torch.zeros_like(q) for n, q in self.trained()}
-        losses = torch.zeros(len(self.stat_names))
+        losses = batch["active"].new_zeros(len(self.stat_names), dtype=torch.float32)
         weights = micro_batch.block_weights({"active": batch["active"]}, blocks)
         for rows, weight in zip(blocks, weights):
             part = {k: v[rows] for k, v in batch.items()}
@@ -144,7 +144,7 @@ class FusedMinibatchStep:
             norms, clipped = {}, dict(grads)
             for net in ("actor", "critic"):
                 keys = [n for n, _ in trained if n.startswith(net + ".")]
-                total = global_norm(grads[n] for n in keys) if keys else torch.zeros(())
+                total = global_norm(grads[n] for n in keys) if keys else lrs.new_zeros(())
                 norms[net] = total
                 if p.max_grad_norm > 0 and keys:
                     coef = clip_coefficient(total, p.max_grad_norm)

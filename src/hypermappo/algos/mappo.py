@@ -154,8 +154,8 @@ class MAPPO:
     def update(self, buf: RolloutBuffer, generator: torch.Generator | None = None) -> dict[str, float]:
         p = self.cfg.ppo
         active_adv = buf.advantages[buf.active]
-        adv_mean = active_adv.mean() if active_adv.numel() else torch.zeros(())
-        adv_std = active_adv.std() if active_adv.numel() > 1 else torch.ones(())
+        adv_mean = active_adv.mean() if active_adv.numel() else active_adv.new_zeros(())
+        adv_std = active_adv.std() if active_adv.numel() > 1 else active_adv.new_ones(())
         if self.fused is not None:
             return self._update_fused(buf, generator, adv_mean, adv_std)
         sums: dict[str, torch.Tensor] = {}
@@ -211,7 +211,9 @@ class MAPPO:
         consecutive equal-sized steps unrolled in one (`steps_per_graph`)."""
         p = self.cfg.ppo
         fields = buf.flat_fields()  # [T*E, N, ...]
-        lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups])
+        # on the weights' device: a host tensor handed to a CUDA graph's kernels is a launch error there
+        lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups],
+                           device=buf.advantages.device)
         total, n, guarded = None, 0, set()
         for epoch in range(p.ppo_epoch):
             batches = shuffled_minibatches(fields, buf.minibatch_indices(p.num_mini_batch, generator))
