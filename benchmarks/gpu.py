@@ -31,6 +31,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -95,7 +96,7 @@ def markdown(results: list[dict], peers: dict, meta: dict) -> str:
              f"{meta['date']}; device: {meta['device_name']}; CPU: {meta['cpu']}, {meta['cores']} cores; torch "
              f"{meta['torch']}; JaxMARL: {meta['jaxmarl'] or 'not importable (no row)'}. Each row in a fresh process; "
              "env-steps/s exclude compilation (the compile seconds beside them).", "",
-             "Reproduce: `python benchmarks/gpu.py`", "",
+             f"Reproduce: `{meta.get('command', 'python benchmarks/gpu.py')}`", "",
              "| setting | row | E | env-steps/s | collect + update ms | compile s | JaxMARL IPPO-FF | ours / JaxMARL |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for setting, r in results:
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("gpu.py: error: --device cuda asked for, but torch sees no CUDA device", file=sys.stderr)
         return 2
-    meta = {**machine(), "device": device,
+    command = shlex.join(["python", "benchmarks/gpu.py", *(sys.argv[1:] if argv is None else argv)])
+    meta = {**machine(), "device": device, "command": command,
             "device_name": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
     warmup, iters, min_s, max_s = (1, 2, 0.5, 5.0) if args.quick else (2, 5, 3.0, 20.0)
     start = time.perf_counter()
