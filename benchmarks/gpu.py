@@ -8,8 +8,9 @@ timed; env-steps/s exclude compilation, as JaxMARL's own figures do, the compile
             1 mini-batch, 64x64), E = 8192
   jaxmarl   JaxMARL IPPO-FF (benchmarks/peers/jaxmarl_ippo.py) at the IPPO rows' E, where `jax` and `jaxmarl` import
             in this interpreter or in --jaxmarl-python
-  compiled  ppo.compile=on (unless --no-compile): IPPO at E = 1024 (with --cudagraphs also with Inductor's CUDA
-            graphs, torch.compile's "reduce-overhead", its perf hints kept), MAPPO at E = 8192, IPPO at E = 4096
+  compiled  ppo.compile=on (unless --no-compile): IPPO at E = 1024 (with --cudagraphs also with CUDA graphs,
+            HYPERMAPPO_CUDA_GRAPHS=1: Inductor's, the tensors the graphs write marked static; the perf hints naming
+            any graph still run without one are kept), MAPPO at E = 8192, IPPO at E = 4096
 
 A fresh machine compiles from a cold cache, so the compiled rows are the slow ones and come last: rows not started
 within --budget seconds are reported as not run, a row past its timeout as timed out (with the end of its stderr
@@ -52,8 +53,9 @@ def rows(device: str, quick: bool, compile_rows: bool, cudagraphs: bool) -> list
     modes = {"eager": ("ppo.compile=off", {})}
     if compile_rows:
         modes["compiled"] = ("ppo.compile=on", {})
-        if cudagraphs:  # Inductor's CUDA graphs (what torch.compile's mode="reduce-overhead" turns on): a probe row
-            modes["compiled+cudagraphs"] = ("ppo.compile=on", {"TORCHINDUCTOR_CUDAGRAPHS": "1",
+        if cudagraphs:  # Inductor's CUDA graphs with the written tensors marked static (compile/cuda_graphs.py); the
+            # perf hints name every graph Inductor still ran without one, and why
+            modes["compiled+cudagraphs"] = ("ppo.compile=on", {"HYPERMAPPO_CUDA_GRAPHS": "1",
                                                                 "TORCH_LOGS": "perf_hints"})
     settings = {"ippo": JAXMARL, "mappo": ["algo=mappo", "actor=mlp"]}
 
@@ -114,6 +116,10 @@ def markdown(results: list[dict], peers: dict, meta: dict) -> str:
     lines += ["", "Aims: IPPO at JaxMARL's settings >= 0.5x JaxMARL at E = 1024 and 4096; MAPPO at the paper's "
               "settings >= 2,000,000 env-steps/s at E = 8192; 10 seeds batched in one process >= 5x one seed's "
               "throughput (batched seeds: not built, no row)."]
+    for _, r in results:
+        if r.get("cudagraph_skips") is not None:
+            lines += ["", f"Graphs Inductor ran without a CUDA graph in row {r['variant']}, E = {r['num_envs']:,} "
+                          f"(its perf hints): " + ("; ".join(f"`{x}`" for x in r["cudagraph_skips"]) or "none")]
     return "\n".join(lines) + "\n"
 
 

@@ -396,6 +396,9 @@ def run_worker(c: dict, warmup: int, iters: int, min_seconds: float, max_seconds
     row = json.loads(lines[-1])
     if env.get("TORCH_LOGS") and done.stderr.strip():  # asked for torch's own logs: keep their end
         row["stderr_tail"] = done.stderr[-4000:]
+        # and every distinct reason Inductor gave for running a graph without a CUDA graph (perf hints)
+        row["cudagraph_skips"] = sorted({ln.strip()[:300] for ln in done.stderr.splitlines()
+                                         if "skipping cudagraphs" in ln})
     return row
 
 

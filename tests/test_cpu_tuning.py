@@ -142,8 +142,8 @@ def compiled_cfg():
 def test_a_cuda_learner_gets_no_cpu_pass_and_the_header_says_so(inductor_settings):
     on, line = decide(compiled_cfg(), CUDA)
     assert on and line.startswith("compile: on (ppo.compile=on")
-    assert line.endswith("; CPU graph passes and kernels: stepping aside (device cuda; they are written for "
-                         "Inductor's CPU backend)")
+    assert ("; CPU graph passes and kernels: stepping aside (device cuda; they are written for Inductor's CPU "
+            "backend); CUDA graphs: off (auto: ") in line
     assert "\n" not in line
     assert inductor_settings.post_grad_custom_post_pass is None and inductor_settings.joint_custom_post_pass is None
     assert not inductor_settings.cpp_wrapper and not inductor_settings.cpp.use_decompose_tanh

@@ -60,6 +60,7 @@ from hypermappo.compile import (
     compile_fn,
     compiled_shapes,
     cpu_kernels_report,
+    cuda_graphs,
     linear_act_norm,
     weight_grad,
 )
@@ -330,6 +331,10 @@ class Experiment:
         Per step, each group acts for its slots with one batched call and the actions are scattered into
         one [E, N, ...] tensor for env.step (a single group's actions go to the env as they are)."""
         self.episodes.clear()
+        if self.collect_graph is not None and cuda_graphs.active(self.device):
+            # tensors the collection graphs write in place keep their address: CUDA graphs can record them
+            L = self.collect_graph.learner
+            cuda_graphs.mark_static([*cuda_graphs.tensors_of(L.buffer), *cuda_graphs.tensors_of(self.env)])
         try:
             s = self._collect_steps()
         except Exception as e:

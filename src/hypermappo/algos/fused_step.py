@@ -23,6 +23,7 @@ import torch.nn as nn
 from hypermappo.algos import micro_batch
 from hypermappo.algos.adam import step_tensor
 from hypermappo.algos.norms import clip_coefficient, global_norm
+from hypermappo.compile import cuda_graphs
 
 
 class _LossOf(nn.Module):
@@ -174,6 +175,8 @@ def adam_plan(opts, names: dict, used: set) -> tuple[list[tuple], list[bool]]:
             if not opt.state[p]:
                 opt.state[p] = {"step": step_tensor(opt, p), "exp_avg": torch.zeros_like(p),
                                 "exp_avg_sq": torch.zeros_like(p)}
+            if cuda_graphs.active(p.device):  # written in place by the update's graphs: static for CUDA graphs
+                cuda_graphs.mark_static(opt.state[p].values())
     # per group: whether its parameters share one step count (they do unless a checkpoint or warm start gave some a
     # count of their own; they step together from here on): then the bias corrections are computed once for the
     # group, not once per parameter, a graph about a seventh smaller to compile

@@ -34,7 +34,7 @@ import os
 import shutil
 from pathlib import Path
 
-from hypermappo.compile import compiled_shapes
+from hypermappo.compile import compiled_shapes, cuda_graphs
 from hypermappo.errors import UserError
 
 # auto: on from this many env steps where this cache already holds the learner's graphs (compiled_shapes.py), and
@@ -95,6 +95,7 @@ def decide(cfg, device) -> tuple[bool, str]:
                        f"{AUTO_MIN_ENV_STEPS:,})")
     unroll = unroll_setting()  # checked before the run starts, not at its first update
     configure(device)
+    graphs_note = cuda_graphs.configure_for(device)
     why = "ppo.compile=on" if mode == "on" else f"auto: {cfg.total_env_steps:,} env steps"
     if mode == "auto":
         why += (f", graphs of this shape compiled in this cache before ({earlier['compile_s']:.0f} s)" if earlier
@@ -102,7 +103,8 @@ def decide(cfg, device) -> tuple[bool, str]:
     if unroll is not None:
         why += f"; up to {unroll} mini-batch steps per graph (HYPERMAPPO_STEPS_PER_GRAPH)"
     return True, (f"compile: on ({why}; policy step + PPO update as graphs, compiled during the first update, cache "
-                  f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}); {cpu_tuning_note(device)}")
+                  f"{os.environ['TORCHINDUCTOR_CACHE_DIR']}); {cpu_tuning_note(device)}"
+                  + (f"; {graphs_note}" if device.type == "cuda" else ""))
 
 
 def unroll_setting() -> int | None:
@@ -252,4 +254,5 @@ def compile_fn(fn, **inductor_options):
     (benchmarks: e.g. cpp_wrapper=False for a side-by-side timing)."""
     import torch
 
-    return torch.compile(fn, dynamic=False, options=inductor_options or None)
+    options = {**cuda_graphs.inductor_options(), **inductor_options}
+    return torch.compile(fn, dynamic=False, options=options or None)
