@@ -234,7 +234,7 @@ def test_policy_step_and_loss_trace_without_graph_breaks(tmp_path, actor):
     assert step.graph_count == 2, step.break_reasons
     if L.algo.fused is not None:  # the whole mini-batch step (loss, gradients, clipping, Adam): one graph
         batch = shuffled_minibatches(L.buffer.flat_fields(), L.buffer.minibatch_indices(2, L.batch_generator))[0]
-        args = (batch, torch.zeros(()), torch.ones(()), torch.tensor([1e-3] * 4))
+        args = (batch, torch.zeros(()), torch.ones(()), torch.tensor([1e-3] * 4), torch.ones((), dtype=torch.bool))
         L.algo.fused.prepare(*args[:3])
         fused = torch._dynamo.explain(L.algo.fused.step)(*args)
         assert (fused.graph_count, fused.graph_break_count) == (1, 0), fused.break_reasons
@@ -662,15 +662,20 @@ def test_compiled_step_with_a_nonfinite_loss_moves_no_weight_and_no_optimiser_st
     # (the same function compiled is the compiled update's, compared with the eager loop through clean updates by
     # the compiled-equals-eager runs; compiling this test's graphs cost a minute of the suite's time)
     ("uncompiled", 3, 6, 4)])
+@pytest.mark.parametrize("read", ["per step", "once"])
 def test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does(tmp_path, monkeypatch, unrolled,
-                                                                             per_graph, mini_batches, bad):
+                                                                             per_graph, mini_batches, bad, read):
     """ppo.num_mini_batch=`mini_batches` with at most `per_graph` steps unrolled per graph (mappo.STEPS_PER_GRAPH, 1
     by default): an epoch's steps are graphs of `per_graph`, equal to the eager loop's steps through a clean update. A
     NaN in step `bad` (a graph's 1st) must leave the weights and Adam's state as the step before made them, as the
     eager loop does (it raises before step `bad`): the later steps of that graph move nothing, and the error names
-    step `bad`."""
+    step `bad`. Read "once": the steps' finite flags read after the last step (sync-free, as on CUDA): the steps
+    after the bad one, in later graphs too, move nothing."""
     from hypermappo.algos import mappo
     from hypermappo.algos.fused_step import FusedMinibatchStep
+    from hypermappo.runtime import sync_free
+
+    monkeypatch.setenv(sync_free.VAR, "1" if read == "once" else "0")
 
     monkeypatch.setattr(mappo, "STEPS_PER_GRAPH", per_graph)
     ends = {}

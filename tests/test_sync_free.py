@@ -286,3 +286,37 @@ def test_simple_spreads_step_counts_on_the_host_follow_the_devices():
         assert env._t_host.tolist() == [0] * 4
         env.set_state(saved)
         assert env._t_host.tolist() == env.t.tolist() == saved["t"].tolist()
+
+
+@pytest.mark.parametrize("mini_batches", [2, 6])
+def test_the_compiled_update_reads_the_device_after_its_last_step_only(tmp_path, monkeypatch, mini_batches):
+    """The compiled update's mini-batch steps hand each other whether every earlier step was finite on the device;
+    the finite flags and statistics are read once at the update's end, so the reads do not grow with the number of
+    steps (2 epochs x 2 or 6 mini-batches here). Sync-free on, as on CUDA (on a CPU each step's flag is read)."""
+    monkeypatch.setenv(sync_free.VAR, "1")
+    graphs_traced_not_compiled(monkeypatch)
+    overrides = [o for o in TINY if o.split("=")[0] != "ppo.compile"] + [
+        "ppo.compile=on", "total_env_steps=360", "ppo.ppo_epoch=2", f"ppo.num_mini_batch={mini_batches}"]
+    exp = Experiment(config_mod.build_config("mpe/simple_spread", overrides), tmp_path / "r", quiet=True)
+    L = exp.primary
+    assert L.algo.fused is not None and L.algo.read_once
+    exp._start_episodes()
+    exp.collect()
+    L.algo.update(L.buffer, L.batch_generator)  # compiled (traced) on the first
+    exp.collect()
+    reads, calls = DeviceReads(), []
+    original = L.algo.fused.compiled
+
+    def counted(*args):  # the device reads seen so far, as each step's graph is called and as it returns
+        calls.append(len(reads.seen))
+        out = original(*args)
+        calls.append(len(reads.seen))
+        return out
+
+    L.algo.fused.compiled = counted
+    with reads:
+        L.algo.update(L.buffer, L.batch_generator)
+    assert len(calls) == 2 * 2 * mini_batches
+    assert set(calls) == {calls[0]}, calls  # none from the first step's call to the last step's return
+    assert len(reads.seen) > calls[0]  # the flags and statistics, read once after the last step
+    exp.logger.close()

@@ -67,4 +67,14 @@ def mutations(M):
           "rows = torch.stack([bad_summaries(x) for _, x in quantities], 0)  # [K, Q, 3]",
           (T + "test_watching_a_stack_of_steps_records_what_watching_each_step_records",),
           "the records quantity by quantity, the entries step by step: a bad value named at the wrong step"),
+        M("update_reads_each_step", "src/hypermappo/algos/mappo.py",
+          "                        clean = clean & finite\n",
+          "                        clean = clean & finite if bool(finite) else clean & finite\n",
+          (T + "test_the_compiled_update_reads_the_device_after_its_last_step_only[2]",),
+          "a read of each step's finite flag: on a GPU the host waits for the device at every mini-batch step"),
+        M("update_clean_not_handed_on", "src/hypermappo/algos/mappo.py",
+          "                        clean = clean & finite\n", "                        clean = clean\n",
+          ("tests/test_compiled.py::test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does"
+           "[once-uncompiled-3-6-4]",),
+          "after a non-finite step the later graphs of the update still move the weights"),
     ]

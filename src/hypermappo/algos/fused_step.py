@@ -71,13 +71,15 @@ class FusedMinibatchStep:
         self.plan, self.shared_step = adam_plan(opts, names, used)
         self.stat_names = [*stats, "grad_norm_actor", "grad_norm_critic"]
 
-    def __call__(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor, blocks: list[slice] | None = None):
+    def __call__(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor, clean: torch.Tensor,
+                 blocks: list[slice] | None = None):
         """`blocks`: micro-batch row blocks of the mini-batch (algos/micro_batch.py); None or one block: one graph
-        for the whole step, else a graph per block (its gradients, accumulated) and one for clipping and Adam."""
+        for the whole step, else a graph per block (its gradients, accumulated) and one for clipping and Adam.
+        `clean`: whether every earlier step of the update was finite (a bool tensor); if not, nothing moves."""
         if self.plan is None:
             self.prepare(batch, adv_mean, adv_std)
         if blocks is None or len(blocks) == 1:
-            return self.compiled(batch, adv_mean, adv_std, lrs)
+            return self.compiled(batch, adv_mean, adv_std, lrs, clean)
         if self.compiled_block is None:
             self.compiled_block, self.compiled_apply = self.compile_fn(self.block_step), self.compile_fn(self.apply)
         grads = {n: torch.zeros_like(q) for n, q in self.trained()}
@@ -86,7 +88,7 @@ class FusedMinibatchStep:
         for rows, weight in zip(blocks, weights):
             part = {k: v[rows] for k, v in batch.items()}
             grads, losses = self.compiled_block(part, adv_mean, adv_std, weight, grads, losses)
-        return self.compiled_apply(grads, losses, lrs)
+        return self.compiled_apply(grads, losses, lrs, clean)
 
     def gradients(self, batch: dict, adv_mean, adv_std, weight):
         """(gradients of weight x the loss, [actor loss, value loss, *stats]) on a [B, N, ...] batch."""
@@ -100,12 +102,12 @@ class FusedMinibatchStep:
         grads, (actor_loss, value_loss, stats) = torch.func.grad(objective, has_aux=True)(params)
         return grads, torch.stack([actor_loss.detach(), value_loss.detach(), *(v.detach() for v in stats.values())])
 
-    def step(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor):
+    def step(self, batch: dict, adv_mean, adv_std, lrs: torch.Tensor, clean: torch.Tensor):
         """The whole mini-batch step as one graph."""
         grads, losses = self.gradients(batch, adv_mean, adv_std, 1.0)
-        return self.apply(grads, losses, lrs)
+        return self.apply(grads, losses, lrs, clean)
 
-    def run_steps(self, batches: list[dict], adv_mean, adv_std, lrs: torch.Tensor):
+    def run_steps(self, batches: list[dict], adv_mean, adv_std, lrs: torch.Tensor, clean: torch.Tensor):
         """`step` on each of `batches` (equal shapes) in turn, unrolled in one graph: one call's wrappers and guards
         (~0.2-0.3 ms, as much as a small step's kernels) instead of one per mini-batch. -> (stats [M, K], finite [M],
         each step's pre-clip gradients). As the eager loop raises at the first non-finite step, no step after one
@@ -114,15 +116,15 @@ class FusedMinibatchStep:
             self.prepare(batches[0], adv_mean, adv_std)
         if self.compiled_steps is None:
             self.compiled_steps = self.compile_fn(self.steps)
-        return self.compiled_steps(batches, adv_mean, adv_std, lrs)
+        return self.compiled_steps(batches, adv_mean, adv_std, lrs, clean)
 
-    def steps(self, batches: list[dict], adv_mean, adv_std, lrs: torch.Tensor):
+    def steps(self, batches: list[dict], adv_mean, adv_std, lrs: torch.Tensor, clean: torch.Tensor):
         """The graph of `run_steps`."""
-        stats, finite, grads, clean = [], [], [], None
+        stats, finite, grads = [], [], []
         for batch in batches:
             step_grads, losses = self.gradients(batch, adv_mean, adv_std, 1.0)
             step_stats, step_finite, pre_clip = self.apply(step_grads, losses, lrs, clean)
-            clean = step_finite if clean is None else clean & step_finite
+            clean = clean & step_finite
             stats.append(step_stats)
             finite.append(step_finite)
             grads.extend(pre_clip)

@@ -21,6 +21,7 @@ from hypermappo.algos.value_norm import build_value_norm
 from hypermappo.compile.decision import unroll_setting
 from hypermappo.config import data_chunk_length
 from hypermappo.errors import NonFiniteError
+from hypermappo.runtime import sync_free
 from hypermappo.storage.rollout import RolloutBuffer, shuffled_minibatches
 
 # at most this many mini-batch steps unrolled in one compiled graph (HYPERMAPPO_STEPS_PER_GRAPH overrides it): each
@@ -59,6 +60,9 @@ class MAPPO:
         self.micro_size = 0 if micro_batch.blocker(cfg) else p.micro_batch_size
         # called after every backward pass, before clipping and the step (the live-component audit, while it runs)
         self.after_backward = None
+        # the compiled update reads its steps' finite flags once per update where a read waits for the device (on
+        # CUDA: runtime/sync_free.py), after each step where it costs nothing
+        self.read_once = sync_free.decide(device)[0]
         # ppo.compile (compile/decision.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
         # (loss forward + backward, clipping, Adam; a float learning rate is a constant of that Adam graph, so with
         # ppo.lr_decay it stays eager). Same maths either way.
@@ -208,13 +212,19 @@ class MAPPO:
 
     def _update_fused(self, buf: RolloutBuffer, generator, adv_mean, adv_std) -> dict[str, float]:
         """`update` with each mini-batch step as one compiled graph (ppo.compile; algos/fused_step.py), or several
-        consecutive equal-sized steps unrolled in one (`steps_per_graph`)."""
+        consecutive equal-sized steps unrolled in one (`steps_per_graph`). No step reads a device value back: each
+        graph is handed whether every earlier step was finite (`clean`, on the device) and moves nothing if not, and
+        the steps' finite flags are read once, after the last step (on a GPU a read per step would wait for the
+        device each time). A non-finite step raises then, naming the first, with the weights and Adam's state as
+        the step before it left them, as the eager loop raises before that step. Where a read costs nothing (sync-free
+        off: the CPU by default) each step's flag is read after it, as before."""
         p = self.cfg.ppo
         fields = buf.flat_fields()  # [T*E, N, ...]
         # on the weights' device: a host tensor handed to a CUDA graph's kernels is a launch error there
         lrs = torch.tensor([g["lr"] for opt in (self.actor_opt, self.critic_opt) for g in opt.param_groups],
                            device=buf.advantages.device)
-        total, n, guarded = None, 0, set()
+        clean = torch.ones((), dtype=torch.bool, device=lrs.device)
+        total, guarded, finites, where = None, set(), [], []
         for epoch in range(p.ppo_epoch):
             batches = shuffled_minibatches(fields, buf.minibatch_indices(p.num_mini_batch, generator))
             unroll = steps_per_graph(batches, buf.N, self.micro_size)
@@ -231,23 +241,30 @@ class MAPPO:
                                                and len(set(sizes)) == 1):
                     if unroll > 1:
                         stats, finite, grads = self.fused.run_steps(batches[first:first + unroll], adv_mean, adv_std,
-                                                                    lrs)
+                                                                    lrs, clean)
                         k = len(grads) // unroll
                         done = zip(stats.unbind(), finite.unbind(), (grads[i * k:(i + 1) * k] for i in range(unroll)))
                     else:
-                        done = [self.fused(batches[first], adv_mean, adv_std, lrs, blocks)]
+                        done = [self.fused(batches[first], adv_mean, adv_std, lrs, clean, blocks)]
                 guarded.add((unroll, sizes))
                 for minibatch, (stats, finite, grads) in enumerate(done, start=first):
                     if self.after_backward is not None:  # the audit reads pre-clip gradients from .grad
                         self.fused.set_grads(grads)
                         self.after_backward()
-                    if not finite:  # the graph left weights and optimiser state as they were before this step
-                        named = dict(zip(self.fused.stat_names, stats.unbind()))
-                        raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch "
-                                             f"{minibatch + 1}")
-                    total = stats if total is None else total + stats
-                    n += 1
-        return self._finish_update(buf, dict(zip(self.fused.stat_names, (total / n).tolist())))
+                    if self.read_once:
+                        clean = clean & finite
+                    elif not finite:  # a read per step (free on a CPU): raise at once, as the eager loop does
+                        raise NonFiniteError(f"{nonfinite_term(dict(zip(self.fused.stat_names, stats.unbind())))} in "
+                                             f"PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+                    finites.append(finite)
+                    where.append((epoch, minibatch, stats))
+                    total = stats if total is None else total + stats  # (non-finite: it raises below instead)
+        ok = torch.stack(finites)
+        if not bool(ok.all()):  # the update's one read of the flags
+            epoch, minibatch, stats = where[int((~ok).nonzero()[0, 0])]
+            named = dict(zip(self.fused.stat_names, stats.unbind()))
+            raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+        return self._finish_update(buf, dict(zip(self.fused.stat_names, (total / len(finites)).tolist())))
 
     def clip_gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Clip actor and critic gradients to ppo.max_grad_norm each; their norms before clipping."""
