@@ -7,6 +7,7 @@ cost (make them faster); near 0 means the host is (fewer launches: fusing, graph
 most host time. A diagnosis for the GPU path's design, not a throughput figure (the profiler slows the host).
 
     python benchmarks/gpu_profile.py --num-envs 1024            # on the machine with the GPU
+    python benchmarks/gpu_profile.py --num-envs 1024 --compile --cuda-graphs   # compiled, CUDA graphs per graph
     python benchmarks/gpu_profile.py --device cpu --num-envs 16  # the script itself, on a CPU (no kernel counts)
 
 Writes benchmarks/results/gpu_profile_<device>_<E>.{json,md} unless --name says otherwise.
@@ -15,6 +16,7 @@ Writes benchmarks/results/gpu_profile_<device>_<E>.{json,md} unless --name says 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -52,11 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setting", choices=["ippo", "mappo"], default="ippo",
                    help="ippo: JaxMARL's settings; mappo: the MAPPO paper's (25 steps, 10 epochs, 1 mini-batch)")
     p.add_argument("--compile", action="store_true", help="ppo.compile=on (compiled in the warm-up)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="with --compile: HYPERMAPPO_CUDA_GRAPHS=1 (CUDA graphs per compiled graph, written tensors static)")
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.cuda_graphs:
+        if not args.compile:
+            print("gpu_profile.py: error: --cuda-graphs needs --compile", file=sys.stderr)
+            return 2
+        os.environ["HYPERMAPPO_CUDA_GRAPHS"] = "1"  # read when the learner is built, below
     over = [*JAXMARL] if args.setting == "ippo" else ["algo=mappo", "actor=mlp"]
     c = case(args.setting, "mpe:simple_spread", args.num_envs, 4,
              [*over, f"device={device}", f"ppo.compile={'on' if args.compile else 'off'}"])
@@ -69,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         update = phase(lambda: learner.algo.update(learner.buffer, learner.batch_generator), device)
         steps = exp.cfg.rollout_length * exp.cfg.num_envs
     meta = {**machine(), "device": device, "num_envs": args.num_envs, "setting": args.setting,
-            "compiled": args.compile, "env_steps": steps,
+            "compiled": args.compile, "cuda_graphs": args.cuda_graphs, "env_steps": steps,
             "device_name": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}
     lines = [f"# Where an update's time goes: {args.setting} E = {args.num_envs:,} on {meta['device_name']}"
-             f" ({'compiled' if args.compile else 'eager'})", "",
+             f" ({'compiled' if args.compile else 'eager'}{' + CUDA graphs' if args.cuda_graphs else ''})", "",
              f"{meta['date']}; CPU {meta['cpu']}, torch {meta['torch']}; under torch.profiler (host slowed).", "",
              "| phase | wall ms | kernels launched | device busy ms | busy / wall | host us per kernel |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -83,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ph in (("collection", collect), ("update", update)):
         lines += ["", f"Top host ops, {name}:", "", "| op | calls | self host ms |", "|---|---:|---:|"]
         lines += [f"| `{o['op']}` | {o['calls']:,} | {o['self_host_ms']:.1f} |" for o in ph["top_host_ops"]]
-    name = args.name or f"gpu_profile_{device}_{args.setting}_{args.num_envs}" + ("_compiled" if args.compile else "")
+    name = args.name or (f"gpu_profile_{device}_{args.setting}_{args.num_envs}" + ("_compiled" if args.compile else "")
+                         + ("_cudagraphs" if args.cuda_graphs else ""))
     write_results(name, {"meta": meta, "collection": collect, "update": update}, "\n".join(lines) + "\n")
     return 0
 

@@ -53,3 +53,14 @@ def _deterministic_cpu():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo keeps what it traced on the functions' code objects, whatever the backend: after a test that traced the
+    library's graphs with another backend (or under another default device), a later test's Inductor compile of the
+    same functions (an env's step core among them) could reuse them. Cleared after such a test."""
+    yield
+    import torch
+
+    torch._dynamo.reset()

@@ -85,7 +85,8 @@ def recorded(mode: InPlaceWrites, fn):
 
 
 @pytest.mark.parametrize("preset", ["mpe/simple_spread"])
-def test_every_tensor_a_graph_writes_in_place_is_static_with_cuda_graphs_on(tmp_path, monkeypatch, preset):
+def test_every_tensor_a_graph_writes_in_place_is_static_with_cuda_graphs_on(tmp_path, monkeypatch, fresh_dynamo,
+                                                                             preset):
     """Collection's step and chunk graphs and the update's mini-batch graph, with CUDA graphs on (forced on the CPU:
     only the marks are under test): each in-place write to a tensor the graph did not make goes to a parameter or a
     tensor marked static."""

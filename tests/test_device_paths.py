@@ -102,7 +102,8 @@ def test_the_fused_capturable_adam_is_built_by_adam():
 @pytest.mark.parametrize("preset", ["mpe/simple_spread", "mpe/simple_spread compiled", "staghunt/default",
                                     "staghunt/default compiled", "mpe/simple_spread hyper",
                                     "coingame/default", "staghunt/egocentric"])
-def test_collection_and_update_make_no_tensor_where_the_device_is_not_said(tmp_path, monkeypatch, preset):
+def test_collection_and_update_make_no_tensor_where_the_device_is_not_said(tmp_path, monkeypatch, fresh_dynamo,
+                                                                          preset):
     """A tensor made without a device lands on the CPU whatever the run's device, and meeting a CUDA tensor it is
     an error (eager) or a host pointer handed to a kernel (a CUDA graph: 'invalid argument' at launch). With the
     default device set to `meta`, every such tensor meets the run's CPU tensors as an error here. Compiled: the

@@ -1,7 +1,7 @@
 """Sync-free collection (runtime/sync_free.py, auto: on CUDA): no host synchronisation per env step, the same run.
 
 Tested on the CPU with HYPERMAPPO_SYNC_FREE=1: a dispatch mode sees every op that reads a device value back
-(`aten._local_scalar_dense`: .item(), bool(), float(); `aten.nonzero`: boolean indexing, .nonzero()) and none may
+(`aten._local_scalar_dense`: .item(), bool(), float(); `aten.nonzero`: .nonzero(); indexing by a boolean mask) and none may
 run during the rollout's steps; the statistics, buffer and weights equal the per-step path's; a non-finite env
 output is named as the per-step check names it."""
 
@@ -25,6 +25,9 @@ TINY = ["num_envs=6", "rollout_length=30", "model.hidden_sizes=[16,16]", "eval_e
         "log.progress=false", "ppo.compile=off"]
 READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
          "aten.is_nonzero.default"}
+# indexing by a boolean mask (x[mask], x[mask] = v): the number of selected elements is counted on the host (on a
+# CPU inside the op, so it is no nonzero op of its own here)
+MASK_INDEXING = {"aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default"}
 
 
 class DeviceReads(TorchDispatchMode):
@@ -35,7 +38,8 @@ class DeviceReads(TorchDispatchMode):
         self.seen = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if str(func) in READS:
+        if str(func) in READS or (str(func) in MASK_INDEXING and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or []))):
             self.seen.append(str(func))
         return func(*args, **(kwargs or {}))
 
@@ -290,16 +294,18 @@ def test_simple_spreads_step_counts_on_the_host_follow_the_devices():
 
 @pytest.mark.parametrize("mini_batches", [2, 6])
 def test_the_compiled_update_reads_the_device_after_its_last_step_only(tmp_path, monkeypatch, mini_batches):
-    """The compiled update's mini-batch steps hand each other whether every earlier step was finite on the device;
-    the finite flags and statistics are read once at the update's end, so the reads do not grow with the number of
-    steps (2 epochs x 2 or 6 mini-batches here). Sync-free on, as on CUDA (on a CPU each step's flag is read)."""
+    """The compiled update's mini-batch steps hand each other whether every earlier step was finite on the device,
+    its advantage statistics are taken by masks, and the finite flags and statistics are read once at the update's
+    end: no read before the last step returns, and the reads do not grow with the number of steps (2 epochs x 2 or
+    6 mini-batches here). Sync-free on, as on CUDA (on a CPU each step's flag is read)."""
     monkeypatch.setenv(sync_free.VAR, "1")
     graphs_traced_not_compiled(monkeypatch)
     overrides = [o for o in TINY if o.split("=")[0] != "ppo.compile"] + [
         "ppo.compile=on", "total_env_steps=360", "ppo.ppo_epoch=2", f"ppo.num_mini_batch={mini_batches}"]
     exp = Experiment(config_mod.build_config("mpe/simple_spread", overrides), tmp_path / "r", quiet=True)
     L = exp.primary
-    assert L.algo.fused is not None and L.algo.read_once
+    assert L.algo.fused is not None and L.algo.read_once and not L.algo.adv_by_masks  # (on a CPU: see below)
+    L.algo.adv_by_masks = True  # as on CUDA (a CPU keeps the selection: its statistics to the bit)
     exp._start_episodes()
     exp.collect()
     L.algo.update(L.buffer, L.batch_generator)  # compiled (traced) on the first
@@ -317,6 +323,25 @@ def test_the_compiled_update_reads_the_device_after_its_last_step_only(tmp_path,
     with reads:
         L.algo.update(L.buffer, L.batch_generator)
     assert len(calls) == 2 * 2 * mini_batches
-    assert set(calls) == {calls[0]}, calls  # none from the first step's call to the last step's return
+    assert set(calls) == {0}, calls  # none from the update's start (its advantage statistics) to the last step's end
     assert len(reads.seen) > calls[0]  # the flags and statistics, read once after the last step
     exp.logger.close()
+
+
+@pytest.mark.parametrize("active", ["mixed", "none", "one", "all"])
+def test_masked_advantage_statistics_equal_the_selected_ones(active):
+    from hypermappo.algos.mappo import masked_mean_std
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 5, 3, generator=g) * 2 + 0.5
+    mask = {"mixed": torch.rand(7, 5, 3, generator=g) < 0.6, "none": torch.zeros(7, 5, 3, dtype=torch.bool),
+            "all": torch.ones(7, 5, 3, dtype=torch.bool)}.get(active)
+    if mask is None:
+        mask = torch.zeros(7, 5, 3, dtype=torch.bool)
+        mask[2, 1, 0] = True
+    sel = x[mask]
+    mean, std = masked_mean_std(x, mask)
+    want_mean = sel.mean() if sel.numel() else torch.zeros(())
+    want_std = sel.std() if sel.numel() > 1 else torch.ones(())
+    torch.testing.assert_close(mean, want_mean, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(std, want_std, rtol=1e-6, atol=1e-6)

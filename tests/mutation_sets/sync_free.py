@@ -77,4 +77,12 @@ def mutations(M):
           ("tests/test_compiled.py::test_unrolled_steps_stop_at_the_first_nonfinite_one_as_the_eager_loop_does"
            "[once-uncompiled-3-6-4]",),
           "after a non-finite step the later graphs of the update still move the weights"),
+        M("update_selects_active_advantages", "src/hypermappo/algos/mappo.py",
+          "        if self.adv_by_masks:  # no read of the device", "        if False:  # no read of the device",
+          (T + "test_the_compiled_update_reads_the_device_after_its_last_step_only[2]",),
+          "the advantage statistics by boolean indexing: a read of the device at every update's start"),
+        M("masked_std_not_bessel", "src/hypermappo/algos/mappo.py",
+          "    var = ((x - mean) ** 2 * m).sum() / (n - 1).clamp(min=1)", "    var = ((x - mean) ** 2 * m).sum() / n",
+          (T + "test_masked_advantage_statistics_equal_the_selected_ones[mixed]",),
+          "a biased standard deviation: advantages normalised otherwise than by torch.std on a CPU"),
     ]

@@ -63,6 +63,9 @@ class MAPPO:
         # the compiled update reads its steps' finite flags once per update where a read waits for the device (on
         # CUDA: runtime/sync_free.py), after each step where it costs nothing
         self.read_once = sync_free.decide(device)[0]
+        # and takes the advantages' mean and std by masks there, not by selecting the active ones (which reads their
+        # count back); not on a CPU, where the selection costs no wait and keeps a run's statistics to the bit
+        self.adv_by_masks = self.read_once and device.type != "cpu"
         # ppo.compile (compile/decision.py): each mini-batch step as one graph (`fused`), or where that cannot be, as three
         # (loss forward + backward, clipping, Adam; a float learning rate is a constant of that Adam graph, so with
         # ppo.lr_decay it stays eager). Same maths either way.
@@ -157,9 +160,12 @@ class MAPPO:
 
     def update(self, buf: RolloutBuffer, generator: torch.Generator | None = None) -> dict[str, float]:
         p = self.cfg.ppo
-        active_adv = buf.advantages[buf.active]
-        adv_mean = active_adv.mean() if active_adv.numel() else active_adv.new_zeros(())
-        adv_std = active_adv.std() if active_adv.numel() > 1 else active_adv.new_ones(())
+        if self.adv_by_masks:  # no read of the device: the active samples' mean and std by masks
+            adv_mean, adv_std = masked_mean_std(buf.advantages, buf.active)
+        else:
+            active_adv = buf.advantages[buf.active]
+            adv_mean = active_adv.mean() if active_adv.numel() else active_adv.new_zeros(())
+            adv_std = active_adv.std() if active_adv.numel() > 1 else active_adv.new_ones(())
         if self.fused is not None:
             return self._update_fused(buf, generator, adv_mean, adv_std)
         sums: dict[str, torch.Tensor] = {}
@@ -296,6 +302,17 @@ def steps_per_graph(batches: list[dict], num_agents: int, micro_size: int) -> in
         return 1
     most = unroll_setting() or STEPS_PER_GRAPH
     return max(d for d in range(1, most + 1) if len(batches) % d == 0)
+
+
+def masked_mean_std(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and (Bessel-corrected) standard deviation of `x[mask]` without selecting them (boolean indexing
+    reads the mask's count back to the host: a wait for the device on a GPU); 0 and 1 where there are too few, as
+    `MAPPO.update` takes them. Equal to `x[mask].mean()`, `x[mask].std()` to float rounding (summation order)."""
+    m = mask.to(x.dtype)
+    n = m.sum()
+    mean = torch.where(n > 0, (x * m).sum() / n.clamp(min=1), torch.zeros_like(n))
+    var = ((x - mean) ** 2 * m).sum() / (n - 1).clamp(min=1)
+    return mean, torch.where(n > 1, var.sqrt(), torch.ones_like(n))
 
 
 def nonfinite_term(stats: dict[str, torch.Tensor]) -> str:
