@@ -182,7 +182,7 @@ class MAPPO:
                 stats["grad_norm_actor"], stats["grad_norm_critic"] = self._clip()
                 checked = (actor_loss.detach(), value_loss.detach(), stats["grad_norm_actor"], stats["grad_norm_critic"])
                 if not torch.isfinite(torch.stack([x.to(actor_loss.device) for x in checked])).all():  # one sync
-                    raise NonFiniteError(f"{nonfinite_term(stats)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+                    raise nonfinite_step(stats, epoch, minibatch)
                 self._step()
                 for k, v in stats.items():
                     sums[k] = sums.get(k, 0.0) + v.detach()
@@ -260,16 +260,14 @@ class MAPPO:
                     if self.read_once:
                         clean = clean & finite
                     elif not finite:  # a read per step (free on a CPU): raise at once, as the eager loop does
-                        raise NonFiniteError(f"{nonfinite_term(dict(zip(self.fused.stat_names, stats.unbind())))} in "
-                                             f"PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+                        raise nonfinite_step(dict(zip(self.fused.stat_names, stats.unbind())), epoch, minibatch)
                     finites.append(finite)
                     where.append((epoch, minibatch, stats))
                     total = stats if total is None else total + stats  # (non-finite: it raises below instead)
         ok = torch.stack(finites)
         if not bool(ok.all()):  # the update's one read of the flags
             epoch, minibatch, stats = where[int((~ok).nonzero()[0, 0])]
-            named = dict(zip(self.fused.stat_names, stats.unbind()))
-            raise NonFiniteError(f"{nonfinite_term(named)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
+            raise nonfinite_step(dict(zip(self.fused.stat_names, stats.unbind())), epoch, minibatch)
         return self._finish_update(buf, dict(zip(self.fused.stat_names, (total / len(finites)).tolist())))
 
     def clip_gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -313,6 +311,11 @@ def masked_mean_std(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     mean = torch.where(n > 0, (x * m).sum() / n.clamp(min=1), torch.zeros_like(n))
     var = ((x - mean) ** 2 * m).sum() / (n - 1).clamp(min=1)
     return mean, torch.where(n > 1, var.sqrt(), torch.ones_like(n))
+
+
+def nonfinite_step(stats: dict[str, torch.Tensor], epoch: int, minibatch: int) -> NonFiniteError:
+    """The error of a PPO step whose loss or gradient norm is not finite (epoch and mini-batch counted from 0)."""
+    return NonFiniteError(f"{nonfinite_term(stats)} in PPO epoch {epoch + 1}, mini-batch {minibatch + 1}")
 
 
 def nonfinite_term(stats: dict[str, torch.Tensor]) -> str:
