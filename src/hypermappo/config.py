@@ -266,6 +266,10 @@ class CoplayerConfig:
                                 "observation as is", choices=["coplayer", "own"])
     self_model: bool = opt(True, "bayes: also train on the learner's own transitions seen from a co-player's "
                                  "slot (self as a model of others), so goals no training partner pursued are modelled")
+    symmetries: bool = opt(True, "bayes: each replay sample trains the goal policies in a random symmetry of the game "
+                                 "(EnvSpec.symmetries, e.g. a grid's reflections, its moves mapped alike): a way to a "
+                                 "goal seen on one side of the grid is known on every side; nothing for an env that "
+                                 "declares none")
     hindsight_window: int = opt(8, "bayes: a learned co-player's step is labelled with the next goal it completes "
                                    "only if it completes it within this many steps (0: any distance)", min=0)
     hindsight_weight: float = opt(0.25, "bayes: loss weight of a sample whose goal is a hindsight guess (the next "
@@ -692,7 +696,7 @@ def unused_keys(cfg: Config) -> dict[str, str]:
         check("coplayer.goal_evidence", cp.online_lr > 0, "it chooses between corrected and uncorrected goal "
               "policies, and coplayer.online_lr=0 corrects none")
         for name in ("prior_weight", "hazard", "event_reset", "online_lr", "goal_evidence", "floor", "observe_actions",
-                     "view", "self_model", "member_heads", "goal_readout",
+                     "view", "self_model", "symmetries", "member_heads", "goal_readout",
                      "replay_size", "steps", "batch_size", "hindsight_window", "hindsight_weight"):
             check(f"coplayer.{name}", bayes, f"it is read by coplayer.model=bayes, got coplayer.model={cp.model!r}")
         check("coplayer.prior_weight", not bayes or cp.memory != "episode",

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from hypermappo.algos.adam import adam
 from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
+from hypermappo.envs.symmetry import augment
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.kernels import online_correction
 from hypermappo.models.coplayer_goal import (
@@ -360,6 +361,7 @@ class BayesCoplayer:
         self.trains = c.action_weight > 0 or c.goal_readout == "state"
         self.opt = adam(self.model.parameters(), device, lr=c.lr, eps=cfg.ppo.adam_eps)
         self.sampler = device_generator(seed + SEED_OFFSET + REPLAY_SEED_OFFSET, device)  # replay draws on the device
+        self.symmetries = list(env_spec.symmetries) if c.symmetries else []  # the game's (envs/symmetry.py)
         self.fed = c.feed == "policy" or (cfg.actor == "hyper" and "coplayer" in cfg.hyper.context)
         self.slots = torch.tensor(slots, dtype=torch.long, device=device)
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
@@ -610,6 +612,18 @@ class BayesCoplayer:
         learner_alive = self.active_all[:, :, self.slots]  # [T, E, K]
         return learner_alive.unsqueeze(-1) & self.belief.others & self.active_all.unsqueeze(2)
 
+    def replay_batches(self, B: int) -> dict[str, torch.Tensor]:
+        """Every Adam step's mini-batch of B replay samples, drawn and gathered at once (the same draws as one call
+        per step): {name: [coplayer.steps, B, ...]}. With `coplayer.symmetries`, each sample in a random symmetry
+        of the game (EnvSpec.symmetries), its observation and moves alike, drawn from the same generator."""
+        idx = torch.randint(self.replay_fill, (self.c.steps, B), generator=self.sampler, device=self.sampler.device)
+        batches = {k: v[idx] for k, v in self.replay.items()}
+        if self.symmetries:
+            obs, moves = augment(self.symmetries, batches["obs"].float(),
+                                 {"action": batches["action"], "prev": batches["prev"]}, self.sampler)
+            batches.update(obs=obs.to(batches["obs"].dtype), **moves)
+        return batches
+
     def update(self) -> dict[str, float]:
         """Push the rollout's labelled pairs into the replay, score the belief's online predictions, then
         `coplayer.steps` Adam steps on replay mini-batches."""
@@ -637,9 +651,7 @@ class BayesCoplayer:
             self._push(fresh)
         if self.trains and self.replay_fill:
             B = min(c.batch_size, self.replay_fill)
-            # every step's mini-batch drawn and gathered at once (the same draws as one call per step)
-            idx = torch.randint(self.replay_fill, (c.steps, B), generator=self.sampler, device=self.sampler.device)
-            batches = {k: v[idx] for k, v in self.replay.items()}  # [steps, B, ...]
+            batches = self.replay_batches(B)  # [steps, B, ...]
             # the views and the input LayerNorm read no parameter: once for every step's samples
             normed = self.model.normed_inputs(batches["obs"].float(), batches["target"])
             checks = []
@@ -729,3 +741,4 @@ class BayesBeliefActor(torch.nn.Module):
     def done(self) -> None:
         """The evaluation is over: the next forward starts a fresh belief."""
         self.belief = self.active_all = None
+

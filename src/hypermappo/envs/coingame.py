@@ -40,6 +40,7 @@ import torch
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.staghunt import _GOLDEN32, _MASK32, _MOVES, _check_float, _check_int, _hash32
+from hypermappo.envs.symmetry import COLS_FLIPPED, ROWS_FLIPPED, Symmetry, flip_planes
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
 from hypermappo.errors import UserError
 
@@ -56,6 +57,14 @@ def coin_view(obs: torch.Tensor, rel: torch.Tensor, *, cells: int) -> torch.Tens
     swapped = torch.cat([obs[..., c:2 * c], obs[..., :c],  # the players
                          obs[..., 3 * c:4 * c], obs[..., 2 * c:3 * c], obs[..., 4 * c:]], -1)  # the coins' colours
     return torch.where((rel == 0).unsqueeze(-1), obs, swapped)
+
+
+def coin_reflections(size: int) -> list[Symmetry]:
+    """EnvSpec.symmetries: the grid reflected top to bottom and left to right (its four S x S channels flipped;
+    walls, respawns and the scripted rules are symmetric alike)."""
+    planes = partial(flip_planes, start=0, planes=4, height=size, width=size)
+    return [Symmetry("flip_rows", partial(planes, dim=-2), ROWS_FLIPPED),
+            Symmetry("flip_cols", partial(planes, dim=-1), COLS_FLIPPED)]
 
 
 class CoinGameVecEnv(TensorState, VecEnv):
@@ -91,6 +100,7 @@ class CoinGameVecEnv(TensorState, VecEnv):
             action_space=gym.spaces.Discrete(len(_MOVES)), episode_limit=self.episode_length,
             agent_names=list(AGENT_NAMES), can_render=True, can_save_state=True, team_reward=False,
             goal_names=list(GOAL_NAMES), public_actions=True, coplayer_view=partial(coin_view, cells=self.n_cells),
+            symmetries=coin_reflections(self.size),
         )
         self.players = torch.zeros(e, 2, 2, dtype=torch.long, device=dev)  # [E, 2, 2] (row, col)
         self.coins = torch.zeros(e, c, 2, dtype=torch.long, device=dev)  # [E, C, 2]

@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
+from hypermappo.envs.symmetry import COLS_FLIPPED, ROWS_FLIPPED, Symmetry, flip_planes, reflect_coordinates
 from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
 from hypermappo.errors import UserError
 
@@ -88,6 +89,33 @@ def full_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: int
     own = hunters.gather(-2, j[..., None, None].expand(*j.shape, 1, 2)).squeeze(-2)
     ids = F.one_hot(j, h).to(obs.dtype)
     return torch.cat([own, ids, obs[..., 2 + h:]], -1)
+
+
+def staghunt_reflections(observation: str, size: int, n_hunters: int, n_prey: int, window: int) -> list[Symmetry]:
+    """EnvSpec.symmetries: the grid reflected top to bottom and left to right. Walls, respawns, the stags' random
+    steps and the scripted rules (ties between equal gaps go to rows either way) are symmetric alike. Observations:
+    own position (row, col), then the one-hot id, then (full) every hunter's and prey's position, prey alive and the
+    elapsed fraction, or (partial) the elapsed fraction and four W x W windows centred on the hunter."""
+    if size < 2:
+        return []
+    h, p = n_hunters, n_prey
+    out = []
+    for name, axis, dim, moves in (("flip_rows", 0, -2, ROWS_FLIPPED), ("flip_cols", 1, -1, COLS_FLIPPED)):
+        if observation == "full":
+            hunters = [2 + h + 2 * i + axis for i in range(h)]
+            prey = [2 + 3 * h + 2 * i + axis for i in range(p)]
+            alive = [2 + 3 * h + 2 * p + i for i in range(p)]
+            own = partial(reflect_coordinates, index=[axis, *hunters])
+            fn = partial(_then, own, partial(reflect_coordinates, index=prey, present=alive))
+        else:
+            fn = partial(_then, partial(reflect_coordinates, index=[axis]),
+                         partial(flip_planes, start=2 + h + 1, planes=4, height=window, width=window, dim=dim))
+        out.append(Symmetry(name, fn, moves))
+    return out
+
+
+def _then(first, second, obs: torch.Tensor) -> torch.Tensor:
+    return second(first(obs))
 
 
 def window_view(obs: torch.Tensor, rel: torch.Tensor, *, size: int, n_hunters: int, radius: int) -> torch.Tensor:
@@ -251,6 +279,7 @@ class StagHuntVecEnv(TensorState, VecEnv):
             coplayer_view=(partial(full_view, size=self.size, n_hunters=h) if observation == "full" else
                            partial(window_view, size=self.size, n_hunters=h, radius=self.view_radius) if h == 2 else
                            None),  # a count window does not say which of several others is which
+            symmetries=staghunt_reflections(observation, self.size, h, p, window),
         )
 
         self.hunters = torch.zeros(e, h, 2, dtype=torch.long, device=dev)  # [E, H, 2] (row, col)

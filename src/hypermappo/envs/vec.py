@@ -71,6 +71,10 @@ class EnvSpec:
     # the co-player's position through it, so "walk to the nearest hare" is the same function for every hunter,
     # the observer's own included. None: the env gives no such view (models read the observer's observation)
     coplayer_view: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # transformations of the world under which the game's rules are unchanged (envs/symmetry.py: a grid's
+    # reflections), each its own inverse and commuting with the others: models of the others learn from their
+    # samples in every one of them (coplayer.symmetries). Empty: none declared
+    symmetries: list = field(default_factory=list)
     # set by the library, not by envs: the observation's last `belief_dim` features are a co-player belief
     # appended for the actor (coplayer.feed / hyper.context=[coplayer]), not the env's observation
     belief_dim: int = 0
