@@ -78,8 +78,10 @@ VARIANTS = {
     # hindsight-labelled pairs (the learner's own, a frozen learner's) weighed 0.05 instead of 0.25 against a scripted
     # partner's own goal: do other hunters' ways to a goal blur the goal policies' account of a rule?
     "bayes-hw05": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hindsight_weight=0.05"]),
-    # ablation: the goal policies trained on the replay as it is, not in the game's symmetries (coplayer.symmetries)
-    "bayes-nosym": ("actor: mlp", ["coplayer.enabled=true", "coplayer.symmetries=false"]),
+    # ablations of coplayer.symmetries (default: a scripted partner's moves in the game's reflections): the replay as
+    # it is; every sample reflected, a frozen learner's too
+    "bayes-nosym": ("actor: mlp", ["coplayer.enabled=true", "coplayer.symmetries=off"]),
+    "bayes-symall": ("actor: mlp", ["coplayer.enabled=true", "coplayer.symmetries=all"]),
     # the goal predicted as the goal pursued now: the belief times a read-out of the state (coplayer.goal_readout)
     "bayes-goal-readout": ("actor: mlp", ["coplayer.enabled=true", "coplayer.goal_readout=state"]),
     # the same learner, the games' noisy pursuers (train_also) walking every shortest way to their goal (path=any,

@@ -87,7 +87,7 @@ def _two_members_trained(tmp_path, goal: int):
     exp = Experiment(_cfg([*(o for o in BAYES if not o.startswith(mine)), TWO_WAYS, "coplayer.member_heads=true",
                            "coplayer.view=own", "coplayer.hidden=32", "coplayer.steps=50", "coplayer.lr=0.01",
                            "coplayer.replay_size=4096",
-                           "coplayer.symmetries=false"],  # the planted members' ways are not the game's: no reflections
+                           "coplayer.symmetries=off"],  # the planted members' ways are not the game's: no reflections
                           steps=40), tmp_path / "run", quiet=True)
     exp.run()
     cp = exp.groups[0].learner.coplayer

@@ -109,14 +109,16 @@ def test_augment_draws_each_symmetry_per_sample_and_maps_actions_alike():
     assert torch.equal(again, out)  # drawn from the generator only
 
 
-def test_the_goal_model_trains_on_its_replay_in_the_game_symmetries():
+@pytest.mark.parametrize("mode", ["all", "rules"])
+def test_the_goal_model_trains_on_its_replay_in_the_game_symmetries(mode):
     """coplayer.symmetries: each Adam step's mini-batch holds the replay's samples in a random reflection (obs and
-    moves alike, drawn from the model's seeded generator); with it off, the replay's samples as stored."""
+    moves alike, drawn from the model's seeded generator), with `rules` only the samples a scripted rule made
+    (`known`); with it off, the replay's samples as stored."""
     from hypermappo.algos.coplayer_bayes import BayesCoplayer
     from hypermappo.config import build_config
 
-    def model(on: bool):
-        cfg = build_config("staghunt/egocentric", ["coplayer.enabled=true", f"coplayer.symmetries={str(on).lower()}",
+    def model(setting: str):
+        cfg = build_config("staghunt/egocentric", ["coplayer.enabled=true", f"coplayer.symmetries={setting}",
                                                   "coplayer.steps=3", "num_envs=4"])
         env = make_env(cfg.env, 64, "cpu", **cfg.env_kwargs)
         _played(env, 3, seed=2)
@@ -125,11 +127,12 @@ def test_the_goal_model_trains_on_its_replay_in_the_game_symmetries():
         m.replay["obs"][:n] = env._observe()[0].flatten(0, 1).half()
         m.replay["action"][:n] = torch.arange(n) % 5
         m.replay["prev"][:n] = torch.arange(n) % 6  # 5: none seen yet
+        m.replay["known"][:n] = torch.arange(n) % 3 > 0  # two in three a rule's, the others a learner's
         m.replay_fill = n
         return m, env.spec.symmetries
 
-    plain, syms = model(False)
-    on, _ = model(True)
+    plain, syms = model("off")
+    on, _ = model(mode)
     a, b = plain.replay_batches(100), on.replay_batches(100)
     assert a["obs"].dtype == b["obs"].dtype == torch.float16 and a["obs"].shape == (3, 100, plain.D)
     rows, cols = syms
@@ -146,6 +149,24 @@ def test_the_goal_model_trains_on_its_replay_in_the_game_symmetries():
     match = torch.stack([(b["obs"].float() == o.half().float()).all(-1) & (b["action"] == act) & (b["prev"] == prev)
                          for o, act, prev in images])  # [4, steps, B]
     assert bool(match.any(0).all())  # the same draws, each sample in one element of the group
-    assert bool((~match[0]).any())  # and some reflected
+    reflected = ~match[0]
+    assert bool((reflected & a["known"]).any())  # some of the rules' samples reflected
+    if mode == "rules":  # a learner's samples never
+        assert not bool((reflected & ~a["known"]).any())
+    else:
+        assert bool((reflected & ~a["known"]).any())
     for k in ("target", "goal", "known"):
         assert torch.equal(a[k], b[k])
+
+
+def test_a_run_directory_that_saved_symmetries_as_a_bool_still_loads(tmp_path):
+    """An earlier version's `coplayer.symmetries: true / false` (every sample reflected or none) reads as all / off,
+    so its run directories still resume and evaluate; a bool typed on the command line is still an error."""
+    from hypermappo.config import apply_override, build_config
+    from hypermappo.errors import UserError
+
+    for old, now in ((True, "all"), (False, "off")):
+        cfg = build_config("staghunt/egocentric", base={"coplayer": {"enabled": True, "symmetries": old}})
+        assert cfg.coplayer.symmetries == now
+    with pytest.raises(UserError, match="coplayer.symmetries"):
+        apply_override(build_config("staghunt/egocentric"), "coplayer.symmetries=true")

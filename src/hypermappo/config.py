@@ -266,10 +266,13 @@ class CoplayerConfig:
                                 "observation as is", choices=["coplayer", "own"])
     self_model: bool = opt(True, "bayes: also train on the learner's own transitions seen from a co-player's "
                                  "slot (self as a model of others), so goals no training partner pursued are modelled")
-    symmetries: bool = opt(True, "bayes: each replay sample trains the goal policies in a random symmetry of the game "
-                                 "(EnvSpec.symmetries, e.g. a grid's reflections, its moves mapped alike): a way to a "
-                                 "goal seen on one side of the grid is known on every side; nothing for an env that "
-                                 "declares none")
+    symmetries: str = opt("rules", "bayes: replay samples that train the goal policies in a random symmetry of the game "
+                                    "(EnvSpec.symmetries, e.g. a grid's reflections, moves mapped alike), so a way to a "
+                                    "goal seen on one side of the grid is known on every side: rules = the moves of "
+                                    "scripted partners, whose rules are the game's symmetries' (tested); all = every "
+                                    "sample, a learner's too (a learnt habit, such as going round one way, is then "
+                                    "blurred); off = none. Nothing for an env that declares none",
+                           choices=["rules", "all", "off"])
     hindsight_window: int = opt(8, "bayes: a learned co-player's step is labelled with the next goal it completes "
                                    "only if it completes it within this many steps (0: any distance)", min=0)
     hindsight_weight: float = opt(0.25, "bayes: loss weight of a sample whose goal is a hindsight guess (the next "
@@ -521,6 +524,10 @@ def _unknown_key(key: str, prefix: str, known: list[str]) -> UserError:
     return UserError(f"unknown config key {prefix + key!r}{hint}")
 
 
+# values an earlier version of a key took, as the run directories it wrote hold them -> the value now
+LEGACY_VALUES = {"coplayer.symmetries": {True: "all", False: "off"}}  # was a bool: every sample reflected or none
+
+
 def apply_dict(obj: Any, data: dict, prefix: str = "", from_string: bool = False) -> None:
     """Set the fields of dataclass `obj` from a (nested) dict, checking every key and value."""
     if not isinstance(data, dict):
@@ -535,6 +542,8 @@ def apply_dict(obj: Any, data: dict, prefix: str = "", from_string: bool = False
         if dataclasses.is_dataclass(tp):
             apply_dict(getattr(obj, key), value, full + ".", from_string)
             continue
+        if isinstance(value, bool) and value in LEGACY_VALUES.get(full, {}):
+            value = LEGACY_VALUES[full][value]
         v = _coerce(full, value, tp, from_string)
         _check_range(full, v, fs[key].metadata)
         setattr(obj, key, v)

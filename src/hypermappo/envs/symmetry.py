@@ -53,13 +53,16 @@ def reflect_coordinates(obs: torch.Tensor, index: list[int], present: list[int] 
 
 
 def augment(symmetries: list[Symmetry], obs: torch.Tensor, actions: dict[str, torch.Tensor],
-            generator: torch.Generator) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            generator: torch.Generator, where: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Each sample of obs [..., D] in a random element of the group `symmetries` make: every symmetry applied with
     probability 1/2, one draw per sample and symmetry from `generator`; `actions` ({name: [...] long}) mapped
-    alike (a value past the table, such as "no previous action", is left as it is)."""
+    alike (a value past the table, such as "no previous action", is left as it is). `where` ([...] bool): only
+    those samples (the draws are made for every sample either way)."""
     for s in symmetries:
         table = torch.tensor(s.actions, dtype=torch.long, device=obs.device)
         on = torch.rand(obs.shape[:-1], generator=generator, device=generator.device).to(obs.device) < 0.5
+        if where is not None:
+            on = on & where
         obs = torch.where(on.unsqueeze(-1), s.obs(obs), obs)
         actions = {k: torch.where(on & (a < table.numel()), table[a.clamp(max=table.numel() - 1)], a)
                    for k, a in actions.items()}
