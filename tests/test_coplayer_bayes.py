@@ -209,7 +209,9 @@ def test_scripted_labels_and_a_fixed_partner_is_learnt(tmp_path):
     assert (label[:, :, 1] == 1).all(), "the hare rule's own target labels every one of its steps"
     rows = metrics_without_timing(tmp_path / "run")
     fit = [float(r["me/coplayer_fit_acc"]) for r in rows]
-    assert fit[-1] > 0.6 and fit[-1] > fit[0] + 0.2, fit
+    # one update's fit swings by 0.1 or more (a rollout's states; measured 0.43-0.70 over updates 5-10): the last three
+    late = sum(fit[-3:]) / 3
+    assert late > 0.55 and late > fit[0] + 0.3, fit
 
 
 @pytest.mark.parametrize("extra", [["coplayer.action_weight=0"], []])

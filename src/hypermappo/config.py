@@ -269,7 +269,7 @@ class CoplayerConfig:
     symmetries: str = opt("rules", "bayes: replay samples that train the goal policies in a random symmetry of the game "
                                     "(EnvSpec.symmetries, e.g. a grid's reflections, moves mapped alike), so a way to a "
                                     "goal seen on one side of the grid is known on every side: rules = the moves of "
-                                    "scripted partners, whose rules are the game's symmetries' (tested); all = every "
+                                    "scripted partners, whose rules share the game's symmetries (tested); all = every "
                                     "sample, a learner's too (a learnt habit, such as going round one way, is then "
                                     "blurred); off = none. Nothing for an env that declares none",
                            choices=["rules", "all", "off"])

@@ -745,4 +745,3 @@ class BayesBeliefActor(torch.nn.Module):
     def done(self) -> None:
         """The evaluation is over: the next forward starts a fresh belief."""
         self.belief = self.active_all = None
-
