@@ -227,3 +227,28 @@ def test_a_belief_saved_with_other_hypotheses_is_a_one_line_error():
     old = {**b.state_dict(), "log_b": b.log_b[..., :5], "prior": b.prior[..., :5]}  # (1 + M) * (G - 1) + 1 = 5
     with pytest.raises(UserError, match=r"holds 5 hypotheses per co-player, this model 6"):
         b.load_state_dict(old)
+
+
+@pytest.mark.parametrize("n_members", [0, 3])
+def test_training_reads_its_rows_as_the_whole_output_gives_them(n_members):
+    """`rows_log_probs_and_hidden` (training computes only the read-out rows a sample trains) equals gathering
+    those rows from the whole output of `log_probs_and_hidden`, member offsets and the floor included, with
+    gradients that equal too."""
+    torch.manual_seed(0)
+    G, A, B = 4, 5, 64
+    model = GoalPolicy(12, 2, A, G, 16, 0.05, n_members=n_members)
+    if n_members:
+        torch.nn.init.normal_(model.member_out.weight, std=0.5)  # zero at the start: make the offsets matter
+    obs, target = torch.randn(B, 12), torch.ones(B, dtype=torch.long)
+    prev = torch.randint(0, A + 1, (B,))
+    rows = torch.randint(0, (1 + n_members) * G, (B, 3))
+    normed = model.normed_inputs(obs, target)
+    part, hidden = model.rows_log_probs_and_hidden(normed, target, prev, rows)
+    whole, hidden_whole = model.log_probs_and_hidden(obs, target, prev)
+    want = whole.gather(1, rows.unsqueeze(-1).expand(-1, -1, A))
+    assert torch.equal(hidden, hidden_whole)
+    assert torch.allclose(part, want, atol=1e-6), (part - want).abs().max()
+    grads = [torch.autograd.grad(x.exp().mul(torch.arange(A)).sum(), list(model.parameters()), allow_unused=True)
+             for x in (part, want)]
+    for a, b in zip(*grads):
+        assert (a is None) == (b is None) and (a is None or torch.allclose(a, b, atol=1e-5))

@@ -7,6 +7,8 @@ LEARNS = f"{T}::test_member_heads_learn_each_members_own_way_and_the_belief_name
 RESUME = f"{T}::test_member_heads_resume_exactly"
 WHOLE = f"{T}::test_a_frozen_member_is_learnt_as_a_whole_and_recognised"
 PAIRS = f"{T}::test_every_move_of_a_member_is_a_sample_whatever_its_goal"
+ROWS = f"{T}::test_training_reads_its_rows_as_the_whole_output_gives_them"
+MODEL = "src/hypermappo/models/coplayer_goal.py"
 
 
 def mutations(M):
@@ -45,4 +47,13 @@ def mutations(M):
         M("members_whole_dropped_from_the_goals", ALGO, "named = torch.cat([per_readout, as_goals], -2).logsumexp(-2)",
           "named = per_readout.logsumexp(-2)", (HAND,),
           "the goal posterior loses a member recognised as a whole: it sums to less than one"),
+        M("members_rows_offset_of_the_next_member", MODEL, "mine = offsets.gather(1, (rows - G).clamp(min=0)",
+          "mine = offsets.gather(1, rows.clamp(max=offsets.shape[1] - 1)", (ROWS,),
+          "training reads a member's read-out one member off (the offsets start at member 1, not 0)"),
+        M("members_rows_unfloored", MODEL, "        return self._floored(logits), hidden\n\n    def goal_log_q",
+          "        return logits.log_softmax(-1), hidden\n\n    def goal_log_q", (ROWS,),
+          "training scores its rows without the uniform floor the belief plays them with"),
+        M("members_whole_trained_on_the_goal_row", ALGO, "whole = torch.where(as_whole, nll_rows[:, 2], 0.0)",
+          "whole = torch.where(as_whole, nll_rows[:, 1], 0.0)", (WHOLE,),
+          "a frozen member's whole row is never trained: its goal row takes its moves instead"),
     ]

@@ -525,31 +525,29 @@ class BayesCoplayer:
         its own read-out (by its whole row where it has one). Then, with the goal read-out, its cross-entropy on the
         goal label and its argmax hit ([B] each, 0 and False where no goal is known; None, None without). Returns
         (nll, hit, member_hit, goal_nll, goal_hit, whole), `whole` None without member heads."""
-        obs = batch["obs"].float() if normed is None else None  # (read only where not normed already)
-        # [B, G, A] ([B, (1+M) G, A]), [B, H]
-        log_pi, hidden = self.model.log_probs_and_hidden(obs, batch["target"], batch["prev"], normed)
-        goal, labelled = batch["goal"], None
+        goal, labelled, member = batch["goal"], None, batch.get("member")
         if self.M:  # -1: a member's move of no known goal (it trains the member's whole row only)
             labelled = goal >= 0
             goal = goal.clamp(min=0)
-        log_pi_g = log_pi.gather(1, goal.view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
-        nll = -log_pi_g.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1)
-        hit = log_pi_g.argmax(-1) == batch["action"]
+        if normed is None:
+            normed = self.model.normed_inputs(batch["obs"].float(), batch["target"])
+        # read-out rows [B, R]: the member-free one on the goal; with member heads the member's own on its goal and
+        # its whole row (its read-out's "other"; 0: member-free)
+        rows = (goal.unsqueeze(1) if not self.M else
+                torch.stack([goal, member * self.G + goal, member * self.G + self.OTHER], 1))
+        log_pi, hidden = self.model.rows_log_probs_and_hidden(normed, batch["target"], batch["prev"], rows)
+        action = batch["action"].unsqueeze(-1)
+        nll_rows = -log_pi.gather(2, action.unsqueeze(1).expand(-1, rows.shape[1], 1)).squeeze(-1)  # [B, R]
+        hit_rows = log_pi.argmax(-1) == action  # [B, R]
+        nll, hit = nll_rows[:, 0], hit_rows[:, 0]
         member_hit = whole = None
         if self.M:
-            member = batch["member"]
-
-            def member_nll(row):  # [B] rows of log_pi -> (-log pi(action), its argmax hit)
-                pi = log_pi.gather(1, row.view(-1, 1, 1).expand(-1, 1, self.A)).squeeze(1)  # [B, A]
-                return -pi.gather(1, batch["action"].unsqueeze(-1)).squeeze(-1), pi.argmax(-1) == batch["action"]
-
-            own, own_hit = member_nll(member * self.G + goal)  # the member's read-out on its goal (0: member-free)
+            own, own_hit = nll_rows[:, 1], hit_rows[:, 1]  # the member's read-out on its goal (0: member-free)
             nll = torch.where(labelled, nll + torch.where(member > 0, own, 0.0), 0.0)
             hit = hit & labelled
             as_whole = self._as_whole(batch)
-            whole, whole_hit = member_nll(member * self.G + self.OTHER)
-            whole = torch.where(as_whole, whole, 0.0)
-            member_hit = torch.where(as_whole, whole_hit, own_hit)[member > 0]
+            whole = torch.where(as_whole, nll_rows[:, 2], 0.0)
+            member_hit = torch.where(as_whole, hit_rows[:, 2], own_hit)[member > 0]
         goal_nll = goal_hit = None
         if self.model.goal_out is not None:
             log_q = self.model.goal_log_q(hidden)  # [B, G]

@@ -109,11 +109,31 @@ class GoalPolicy(nn.Module):
         if self.member_out is not None:  # [..., (1 + M) * G, A]: the member-free read-out, then each member's
             offsets = self.member_out(hidden).unflatten(-1, (self.n_members, self.n_goals, self.n_actions))
             logits = torch.cat([logits.unsqueeze(-3), logits.unsqueeze(-3) + offsets], -3).flatten(-3, -2)
+        return self._floored(logits), hidden
+
+    def _floored(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits [..., A] -> log((1 - floor) * softmax + floor / A), stably."""
         logp = logits.log_softmax(-1)
-        if self.floor > 0:  # log((1 - floor) * softmax + floor / A), stably
+        if self.floor > 0:
             logp = torch.logaddexp(logp + math.log1p(-self.floor),
                                    torch.full_like(logp, math.log(self.floor / self.n_actions)))
-        return logp, hidden
+        return logp
+
+    def rows_log_probs_and_hidden(self, normed: torch.Tensor, target: torch.Tensor, prev: torch.Tensor,
+                                  rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`log_probs_and_hidden(..., normed)` at the read-out rows `rows` [B, R] only (row r * G + g: read-out r's goal
+        g, r = 0 the member-free one): log pi [B, R, A] (the same values as gathering the whole output) and the last
+        hidden layer [B, H]. Why: training reads two or three rows per sample, while the whole output of the member
+        heads is (1 + M) G rows; normalising every row cost about as much as the rest of a training step."""
+        hidden = self.body[:-1](self._first_layer(normed, target, prev, normed=True))
+        G, A = self.n_goals, self.n_actions
+        base = self.body[-1](hidden).unflatten(-1, (G, A))  # [B, G, A]
+        logits = base.gather(1, (rows % G).unsqueeze(-1).expand(*rows.shape, A))
+        if self.member_out is not None:
+            offsets = self.member_out(hidden).unflatten(-1, (self.n_members * G, A))  # [B, M G, A]
+            mine = offsets.gather(1, (rows - G).clamp(min=0).unsqueeze(-1).expand(*rows.shape, A))
+            logits = torch.where((rows >= G).unsqueeze(-1), logits + mine, logits)
+        return self._floored(logits), hidden
 
     def goal_log_q(self, hidden: torch.Tensor) -> torch.Tensor:
         """The goal read-out's log q(g | o_i, j, a_prev) [..., G] from the last hidden layer (`goal_out`)."""
