@@ -115,6 +115,16 @@ COPLAYER = {"mappo-coplayer": (["coplayer.enabled=true"], "co-player model: Baye
                                    "input"),
             "mappo-coplayer-gru": (["coplayer.enabled=true", "coplayer.model=gru"],
                                    "co-player model: GRU predictor, action head, trained 1 pass")}
+# the same rows where the learner (slot 0) trains against a population of scripted partners (slot 1, a member drawn
+# per env at every episode start), as in the co-player benchmark's training: here member heads have members
+POPULATION = ("groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: population, sample: episode, "
+              "members: [{policy: staghunt_stag}, {policy: staghunt_hare}, {policy: staghunt_follow}, {policy: random}, "
+              "{policy: staghunt_stag, params: {eps: 0.3}}, {policy: staghunt_hare, params: {eps: 0.3}}, "
+              "{policy: staghunt_follow, params: {eps: 0.3}}]}]")
+COPLAYER_POP = {"mappo-pop": ([], "MAPPO, the learner against a population of 7 scripted partners"),
+                "mappo-coplayer-pop": (["coplayer.enabled=true"], "as mappo-coplayer, against that population"),
+                "mappo-coplayer-members-pop": (["coplayer.enabled=true", "coplayer.member_heads=true"],
+                                               "as mappo-coplayer-pop, with member heads (one read-out per member)")}
 COPLAYER_AT = [("staghunt", 1024)]  # the Bayesian model needs public actions (mpe does not declare them)
 # the same rows on the egocentric stag hunt the co-player benchmark uses (9x9 windows: 329 features, and the goal
 # policies read the partner's re-centred window)
@@ -156,6 +166,8 @@ def standard_cases(threads: int, num_envs: list[int] = NUM_ENVS) -> list[dict]:
     for c_env, c_e in COPLAYER_AT:
         for name, (overrides, note) in COPLAYER.items():
             cases.append(case(name, c_env, c_e, threads, [*VARIANTS["mappo"], *overrides], note=note))
+        for name, (overrides, note) in COPLAYER_POP.items():
+            cases.append(case(name, c_env, c_e, threads, [*VARIANTS["mappo"], POPULATION, *overrides], note=note))
         cases.append(case("mappo-ego", c_env, c_e, threads, [*VARIANTS["mappo"], EGOCENTRIC],
                           note="egocentric windows (staghunt/egocentric's observation)"))
         for name in ("mappo-coplayer", "mappo-coplayer-fed"):
@@ -506,6 +518,8 @@ def add_relative(rows: list[dict]) -> None:
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     for r in rows:
         base = "mappo-ego" if r["variant"].endswith("-ego") else "mappo"  # the same observation
+        if r["variant"].endswith("-pop"):  # the same partners (a population)
+            base = "mappo-pop"
         if r["variant"].endswith("-ego-compiled"):  # and the same path (the co-player rows beside compiled MAPPO)
             base = "mappo-ego-compiled"
         ref = ok.get((base, r["env"], r["num_envs"], r["threads"]))
@@ -537,7 +551,7 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
     for c_env, c_e in COPLAYER_AT:  # judged on CPU time per env step (wall time on a busy machine is its load's)
         for name, base in [(n, "mappo") for n in COPLAYER] + [
                 (f"{n}-ego{c}", f"mappo-ego{c}") for n in ("mappo-coplayer", "mappo-coplayer-fed")
-                for c in ("", "-compiled")]:
+                for c in ("", "-compiled")] + [(n, "mappo-pop") for n in COPLAYER_POP if n != "mappo-pop"]:
             ref = ok.get((base, c_env, c_e, threads))
             r = ok.get((name, c_env, c_e, threads))
             if r and ref:

@@ -568,3 +568,37 @@ def test_the_goal_read_out_is_trained_on_the_goal_labels(tmp_path):
         goal_nll = -cp.model.goal_log_q(hidden)[torch.arange(64), batch["goal"]]
         w = torch.where(batch["known"], 1.0, cp.c.hindsight_weight)
         torch.testing.assert_close(cp.step_loss(batch, normed), ((w * nll).sum() + (w * goal_nll).sum()) / w.sum())
+
+
+def test_a_partner_reset_by_indices_equals_the_reset_by_masks():
+    """`GoalBelief.reset` where reading the device is free (a CPU: the envs that changed partner, by index; nothing at
+    a step where none did) leaves the same belief, prior, counts, previous moves, episode index and online
+    correction as the sync-free reset by masks (CUDA's), and leaves a state_dict taken before it as it was."""
+    from hypermappo.models.coplayer_goal import GoalPolicy
+
+    torch.manual_seed(0)
+    model = GoalPolicy(obs_dim=6, n_slots=2, n_actions=3, n_goals=3, hidden=8, floor=0.05)
+    beliefs = []
+    for read_free in (False, True):
+        torch.manual_seed(1)
+        b = GoalBelief(model, torch.tensor([0]), 2, alpha=0.5, hazard=0.1, persistent=True, online_lr=0.5)
+        b.start(4, "cpu")
+        b.read_free = read_free
+        for t in range(3):  # some history to forget
+            with torch.no_grad():
+                b.begin(torch.randn(4, 1, 6))
+            b.observe(torch.randint(0, 3, (4, 2)), torch.ones(4, 2, dtype=torch.bool), torch.tensor([t == 1] * 4))
+        saved = {k: v.clone() for k, v in b.state_dict().items()}
+        held = b.state_dict()
+        b.reset(torch.zeros(4, dtype=torch.bool))
+        b.reset(torch.tensor([True, False, False, True]))
+        for k, v in saved.items():
+            if k != "W":  # (a saved W is a copy)
+                assert torch.equal(held[k], v), f"{k}: the reset wrote into a state_dict taken before it"
+        beliefs.append(b.state_dict())
+    masks, indices = beliefs
+    assert masks.keys() == indices.keys()
+    for k in masks:
+        assert torch.equal(masks[k], indices[k]), k
+    assert (masks["W"][[0, 3]] == 0).all() and (masks["W"][[1, 2]] != 0).any()
+    assert (masks["episode_index"] == torch.tensor([0, 1, 1, 0])).all()

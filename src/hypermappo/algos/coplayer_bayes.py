@@ -46,6 +46,7 @@ from hypermappo.models.coplayer_goal import (
     predictive,
     switch,
 )
+from hypermappo.runtime import sync_free
 from hypermappo.runtime.device_rng import device_generator, restore
 
 REPLAY_SEED_OFFSET = 7_919  # the replay sampler's generator: run seed + this (+ the learner's offset)
@@ -114,6 +115,8 @@ class GoalBelief:
         # the prior a fresh belief starts from: uniform over goals, each goal's mass spread evenly over its 1 + M
         # hypotheses (a named goal's read-outs; "other"'s members as a whole and the counted moves), so uniform
         self.fresh = torch.full((self.H,), 1.0 / self.H, device=slots.device)
+        self.log_fresh = self.fresh.log()
+        self.read_free = False
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
         # the per-partner online correction of the goal policies' moves (off at 0): logits + W h, W [E, K, N - 1, A, H]
@@ -139,6 +142,9 @@ class GoalBelief:
     def start(self, E: int, device) -> None:
         """Fresh start: uniform prior and belief, no previous actions, first episode."""
         K = self.slots.numel()
+        # where reading the device costs nothing (a CPU: runtime/sync_free.py), `reset` looks whether any env changed
+        # partner and touches only those; sync-free (CUDA), it rewrites every env by masks
+        self.read_free = not sync_free.decide(torch.device(device))[0]
         self.prior = self.fresh.to(device).expand(E, K, self.N, self.H).clone()
         self.log_b = self.prior.log()
         self.prev = torch.full((E, self.N), self.A, dtype=torch.long, device=device)
@@ -149,10 +155,21 @@ class GoalBelief:
 
     def reset(self, envs: torch.Tensor) -> None:
         """A new partner in envs [E] (bool): what was learnt about the last one is dropped."""
+        if self.read_free:  # the same values, at the envs that changed partner only (none at most steps)
+            which = envs.nonzero().squeeze(-1)
+            if which.numel():  # new tensors (a saved state_dict holds the old ones), but W: in place, as below
+                at = (which,)
+                self.prior = self.prior.index_put(at, self.fresh)
+                self.log_b = self.log_b.index_put(at, self.log_fresh)
+                self.prev = self.prev.index_put(at, self.prev.new_tensor(self.A))
+                self.episode_index = self.episode_index.index_put(at, self.episode_index.new_tensor(0))
+                self.counts = self.counts.index_put(at, self.counts.new_tensor(0.0))
+                if self.W is not None:
+                    self.W.index_fill_(0, which, 0.0)
+            return
         m = envs.view(-1, 1, 1, 1)
-        uniform = self.fresh.expand_as(self.prior)
-        self.prior = torch.where(m, uniform, self.prior)
-        self.log_b = torch.where(m, uniform.log(), self.log_b)
+        self.prior = torch.where(m, self.fresh, self.prior)
+        self.log_b = torch.where(m, self.log_fresh, self.log_b)
         self.prev = torch.where(envs.unsqueeze(-1), self.A, self.prev)
         self.episode_index = torch.where(envs, 0, self.episode_index)
         self.counts = torch.where(m, 0.0, self.counts)
@@ -514,7 +531,7 @@ class BayesCoplayer:
         self.replay_pos = (self.replay_pos + n) % cap
         self.replay_fill = min(cap, self.replay_fill + n)
 
-    def _losses(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None):
+    def _losses(self, batch: dict[str, torch.Tensor], normed: torch.Tensor | None = None, hits: bool = True):
         """Per-sample cross-entropy of the goal-conditioned policy and its argmax hit: ([B], [B], member hits)
         (`normed`: the batch's `GoalPolicy.normed_inputs`, if computed already). With member heads the member-free
         read-out's cross-entropy plus, for a sample a population member played, that member's read-out's on its
@@ -524,7 +541,8 @@ class BayesCoplayer:
         the fit to a partner never met (False where no goal is known); member hits: each member's samples scored by
         its own read-out (by its whole row where it has one). Then, with the goal read-out, its cross-entropy on the
         goal label and its argmax hit ([B] each, 0 and False where no goal is known; None, None without). Returns
-        (nll, hit, member_hit, goal_nll, goal_hit, whole), `whole` None without member heads."""
+        (nll, hit, member_hit, goal_nll, goal_hit, whole), `whole` None without member heads; without `hits` (a
+        training step reads none) the three hits are None."""
         goal, labelled, member = batch["goal"], None, batch.get("member")
         if self.M:  # -1: a member's move of no known goal (it trains the member's whole row only)
             labelled = goal >= 0
@@ -538,23 +556,24 @@ class BayesCoplayer:
         log_pi, hidden = self.model.rows_log_probs_and_hidden(normed, batch["target"], batch["prev"], rows)
         action = batch["action"].unsqueeze(-1)
         nll_rows = -log_pi.gather(2, action.unsqueeze(1).expand(-1, rows.shape[1], 1)).squeeze(-1)  # [B, R]
-        hit_rows = log_pi.argmax(-1) == action  # [B, R]
-        nll, hit = nll_rows[:, 0], hit_rows[:, 0]
+        hit_rows = log_pi.argmax(-1) == action if hits else None  # [B, R]
+        nll, hit = nll_rows[:, 0], hit_rows[:, 0] if hits else None
         member_hit = whole = None
-        if self.M:
-            own, own_hit = nll_rows[:, 1], hit_rows[:, 1]  # the member's read-out on its goal (0: member-free)
-            nll = torch.where(labelled, nll + torch.where(member > 0, own, 0.0), 0.0)
-            hit = hit & labelled
+        if self.M:  # the member's read-out on its goal (0: member-free), and its whole row
+            nll = torch.where(labelled, nll + torch.where(member > 0, nll_rows[:, 1], 0.0), 0.0)
             as_whole = self._as_whole(batch)
             whole = torch.where(as_whole, nll_rows[:, 2], 0.0)
-            member_hit = torch.where(as_whole, hit_rows[:, 2], own_hit)[member > 0]
+            if hits:
+                hit = hit & labelled
+                member_hit = torch.where(as_whole, hit_rows[:, 2], hit_rows[:, 1])[member > 0]
         goal_nll = goal_hit = None
         if self.model.goal_out is not None:
             log_q = self.model.goal_log_q(hidden)  # [B, G]
             goal_nll = -log_q.gather(1, goal.unsqueeze(-1)).squeeze(-1)
-            goal_hit = log_q.argmax(-1) == goal
+            goal_hit = log_q.argmax(-1) == goal if hits else None
             if labelled is not None:
-                goal_nll, goal_hit = torch.where(labelled, goal_nll, 0.0), goal_hit & labelled
+                goal_nll = torch.where(labelled, goal_nll, 0.0)
+                goal_hit = goal_hit & labelled if hits else None
         return nll, hit, member_hit, goal_nll, goal_hit, whole
 
     @staticmethod
@@ -568,7 +587,7 @@ class BayesCoplayer:
         from the partner's own rule counting fully, a hindsight guess `coplayer.hindsight_weight`; with the goal
         read-out, its cross-entropy on the goal labels added with the same weights; with member heads, a member's
         whole row on its every move with weight 1 (who played is known, not guessed)."""
-        nll, _, _, goal_nll, _, whole = self._losses(batch, normed)
+        nll, _, _, goal_nll, _, whole = self._losses(batch, normed, hits=False)
         w = torch.where(batch["known"], 1.0, self.c.hindsight_weight)
         if whole is not None:  # a sample of no known goal counts only in its member's whole row
             w = torch.where(batch["goal"] >= 0, w, 0.0)
