@@ -209,6 +209,10 @@ def compiled_cases(threads: int) -> list[dict]:
             cases.append(case(f"{name}-ego-compiled", c_env, c_e, threads,
                               [*VARIANTS["mappo"], *overrides, EGOCENTRIC, *COMPILED],
                               note=f"{note}; egocentric windows, ppo.compile=on"))
+        for name in ("mappo-pop", "mappo-coplayer-pop"):  # against the population, both compiled
+            overrides, note = COPLAYER_POP[name]
+            cases.append(case(f"{name}-compiled", c_env, c_e, threads,
+                              [*VARIANTS["mappo"], POPULATION, *overrides, *COMPILED], note=f"{note}; ppo.compile=on"))
     return cases
 
 
@@ -518,8 +522,8 @@ def add_relative(rows: list[dict]) -> None:
     ok = {(r["variant"], r["env"], r["num_envs"], r["threads"]): r for r in rows if "skipped" not in r}
     for r in rows:
         base = "mappo-ego" if r["variant"].endswith("-ego") else "mappo"  # the same observation
-        if r["variant"].endswith("-pop"):  # the same partners (a population)
-            base = "mappo-pop"
+        if r["variant"].endswith(("-pop", "-pop-compiled")):  # the same partners (a population), the same path
+            base = "mappo-pop-compiled" if r["variant"].endswith("-compiled") else "mappo-pop"
         if r["variant"].endswith("-ego-compiled"):  # and the same path (the co-player rows beside compiled MAPPO)
             base = "mappo-ego-compiled"
         ref = ok.get((base, r["env"], r["num_envs"], r["threads"]))
@@ -551,7 +555,8 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
     for c_env, c_e in COPLAYER_AT:  # judged on CPU time per env step (wall time on a busy machine is its load's)
         for name, base in [(n, "mappo") for n in COPLAYER] + [
                 (f"{n}-ego{c}", f"mappo-ego{c}") for n in ("mappo-coplayer", "mappo-coplayer-fed")
-                for c in ("", "-compiled")] + [(n, "mappo-pop") for n in COPLAYER_POP if n != "mappo-pop"]:
+                for c in ("", "-compiled")] + [(n, "mappo-pop") for n in COPLAYER_POP if n != "mappo-pop"] + [
+                ("mappo-coplayer-pop-compiled", "mappo-pop-compiled")]:
             ref = ok.get((base, c_env, c_e, threads))
             r = ok.get((name, c_env, c_e, threads))
             if r and ref:
