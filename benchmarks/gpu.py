@@ -16,9 +16,13 @@ A fresh machine compiles from a cold cache, so the compiled rows are the slow on
 within --budget seconds are reported as not run, a row past its timeout as timed out (with the end of its stderr
 in the JSON), never dropped. With the defaults the script ends within about 8 minutes.
 
-Aim (the fast-path goals): IPPO >= 0.5x JaxMARL at E = 1024 and 4096, MAPPO >= 2M env-steps/s at E = 8192. Batched
-seeds in one process (`seeds=`) are not built yet: no row. `benchmarks/gpu_profile.py` says where one update's time
-goes (host or device).
+  seeds     IPPO at JaxMARL's settings, E = 1024, eager, one torch thread per process: one run alone, then
+            --seed-processes runs of other seeds started together on the same device (what a sweep with as many
+            workers gives today), their env-steps/s summed: how much of the device one host-bound run leaves idle
+
+Aim (the fast-path goals): IPPO >= 0.5x JaxMARL at E = 1024 and 4096, MAPPO >= 2M env-steps/s at E = 8192, 10 seeds
+>= 5x one seed's throughput. Batched seeds in one process (`seeds=`) are not built yet; the seeds rows are separate
+processes. `benchmarks/gpu_profile.py` says where one update's time goes (host or device).
 
     python benchmarks/gpu.py                      # on the machine with the GPU
     python benchmarks/gpu.py --device cpu --quick # a smoke test of the script itself (E = 16, short rows)
@@ -33,9 +37,11 @@ import importlib.util
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -71,6 +77,29 @@ def rows(device: str, quick: bool, compile_rows: bool, cudagraphs: bool) -> list
     out += [row("mappo", e, m) for e in mappo_e for m in compiled[:1]]
     out += [row("ippo", e, m) for e in ([] if quick else [e for e in ippo_e if e > 1024]) for m in compiled]
     return out
+
+
+def seed_rows(device: str, quick: bool, processes: int) -> list[dict]:
+    """The seeds rows' cases: IPPO at JaxMARL's settings, eager, one torch thread, seed 0 alone, then seeds 1..S."""
+    e = 16 if quick else 1024
+    one = case("ippo eager, 1 process", "mpe:simple_spread", e, 1, [*JAXMARL, f"device={device}", "ppo.compile=off"])
+    return [one, *({**one, "variant": f"ippo eager, {processes} processes", "overrides": [*one["overrides"], f"seed={s}"]}
+                   for s in range(1, processes + 1))]
+
+
+def concurrent_seeds(cases: list[dict], warmup: int, iters: int, min_s: float, max_s: float, timeout: float) -> dict:
+    """Every case at once, each in its own process (run_worker), started together: the summed env-steps/s (each
+    process's rate over its own timed updates, which overlap since all start together and time the same number
+    of updates), and every process's own rate."""
+    with ThreadPoolExecutor(len(cases)) as pool:
+        rows = list(pool.map(lambda c: run_worker(c, warmup, iters, min_s, max_s, timeout, None), cases))
+    done = [r for r in rows if "skipped" not in r]
+    if len(done) < len(rows):
+        return {**cases[0], "skipped": f"{len(rows) - len(done)} of {len(rows)} processes failed: "
+                                       f"{next(r['skipped'] for r in rows if 'skipped' in r)}"}
+    return {**cases[0], "e2e_sps": sum(r["e2e_sps"] for r in done), "processes": len(done),
+            "per_process_sps": [r["e2e_sps"] for r in done], "collect_s": statistics.median(r["collect_s"] for r in done),
+            "update_s": statistics.median(r["update_s"] for r in done), "compile_s": None}
 
 
 def jaxmarl_python(given: str | None) -> str | None:
@@ -113,9 +142,16 @@ def markdown(results: list[dict], peers: dict, meta: dict) -> str:
         lines.append(f"| {setting} | {r['variant']} | {e:,} | {fmt(r['e2e_sps'])} | "
                      f"{r['collect_s'] * 1e3:.0f} + {r['update_s'] * 1e3:.0f} | "
                      f"{(r['compile_s'] or 0):.1f} | {jax_cell} | {ratio} |")
+    alone = next((r for s, r in results if s == "seeds" and r.get("processes") is None and "skipped" not in r), None)
+    together = next((r for s, r in results if s == "seeds" and r.get("processes") and "skipped" not in r), None)
+    if alone and together:
+        lines += ["", f"Seeds as processes: {together['processes']} runs at once make {fmt(together['e2e_sps'])} "
+                      f"env-steps/s in all, {together['e2e_sps'] / alone['e2e_sps']:.2f}x one run alone "
+                      f"({fmt(alone['e2e_sps'])}); each process: " +
+                      ", ".join(fmt(x) for x in together["per_process_sps"]) + "."]
     lines += ["", "Aims: IPPO at JaxMARL's settings >= 0.5x JaxMARL at E = 1024 and 4096; MAPPO at the paper's "
               "settings >= 2,000,000 env-steps/s at E = 8192; 10 seeds batched in one process >= 5x one seed's "
-              "throughput (batched seeds: not built, no row)."]
+              "throughput (batched seeds in one process: not built; the seeds rows are separate processes)."]
     for _, r in results:
         if r.get("cudagraph_skips") is not None:
             lines += ["", f"Graphs Inductor ran without a CUDA graph in row {r['variant']}, E = {r['num_envs']:,} "
@@ -135,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cudagraphs", action="store_true",
                    help="also a compiled row with Inductor's CUDA graphs (TORCHINDUCTOR_CUDAGRAPHS=1)")
     p.add_argument("--jaxmarl-python", default=None, help="an interpreter in which jax and jaxmarl import")
+    p.add_argument("--seed-processes", type=int, default=None,
+                   help="runs of other seeds started together on the device for the seeds rows (default 10; "
+                        "2 with --quick; 0: no seeds rows)")
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)
     import torch
@@ -164,7 +203,22 @@ def main(argv: list[str] | None = None) -> int:
         write_results(name, {"meta": meta, "rows": [{"setting": s, **r} for s, r in results], "jaxmarl": peers},
                       markdown(results, peers, meta), echo)
 
+    processes = args.seed_processes if args.seed_processes is not None else (2 if args.quick else 10)
+    if processes > 0:  # after the eager rows, before the compiled ones (the slow rows, cut first by --budget)
+        at = max(i for i, (_, c, _) in enumerate(plan) if "eager" in c["variant"]) + 1
+        plan[at:at] = [("seeds", c, {}) for c in seed_rows(device, args.quick, processes)]
     for setting, c, env in plan:
+        if setting == "seeds" and c["variant"].endswith("processes"):
+            if c["overrides"][-1] != "seed=1":  # the first of the group runs them all
+                continue
+            group = [c2 for s2, c2, _ in plan if s2 == "seeds" and c2["variant"] == c["variant"]]
+            r = (concurrent_seeds(group, warmup, iters, min_s, max_s, min(args.timeout, left())) if left() >= 20
+                 else {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"})
+            results.append((setting, r))
+            print(f"  {c['variant']} E={c['num_envs']}: {r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+            save()
+            continue
         if left() < 20:
             results.append((setting, {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"}))
         else:
