@@ -80,11 +80,13 @@ def rows(device: str, quick: bool, compile_rows: bool, cudagraphs: bool) -> list
 
 
 def seed_rows(device: str, quick: bool, processes: int) -> list[dict]:
-    """The seeds rows' cases: IPPO at JaxMARL's settings, eager, one torch thread, seed 0 alone, then seeds 1..S."""
+    """The seeds rows: IPPO at JaxMARL's settings, eager, one torch thread, seed 0 alone; then one row whose `group`
+    holds the cases of seeds 1..S, run together."""
     e = 16 if quick else 1024
     one = case("ippo eager, 1 process", "mpe:simple_spread", e, 1, [*JAXMARL, f"device={device}", "ppo.compile=off"])
-    return [one, *({**one, "variant": f"ippo eager, {processes} processes", "overrides": [*one["overrides"], f"seed={s}"]}
-                   for s in range(1, processes + 1))]
+    group = [{**one, "variant": f"ippo eager, {processes} processes", "overrides": [*one["overrides"], f"seed={s}"]}
+             for s in range(1, processes + 1)]
+    return [one, {**group[0], "group": group}]
 
 
 def concurrent_seeds(cases: list[dict], warmup: int, iters: int, min_s: float, max_s: float, timeout: float) -> dict:
@@ -208,11 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         at = max(i for i, (_, c, _) in enumerate(plan) if "eager" in c["variant"]) + 1
         plan[at:at] = [("seeds", c, {}) for c in seed_rows(device, args.quick, processes)]
     for setting, c, env in plan:
-        if setting == "seeds" and c["variant"].endswith("processes"):
-            if c["overrides"][-1] != "seed=1":  # the first of the group runs them all
-                continue
-            group = [c2 for s2, c2, _ in plan if s2 == "seeds" and c2["variant"] == c["variant"]]
-            r = (concurrent_seeds(group, warmup, iters, min_s, max_s, min(args.timeout, left())) if left() >= 20
+        if "group" in c:  # several processes at once (the seeds rows)
+            r = (concurrent_seeds(c["group"], warmup, iters, min_s, max_s, min(args.timeout, left())) if left() >= 20
                  else {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"})
             results.append((setting, r))
             print(f"  {c['variant']} E={c['num_envs']}: {r.get('skipped') or fmt(r['e2e_sps']) + ' env-steps/s'} "
