@@ -84,8 +84,9 @@ VARIANTS = {
     "bayes-symall": ("actor: mlp", ["coplayer.enabled=true", "coplayer.symmetries=all"]),
     # the goal predicted as the goal pursued now: the belief times a read-out of the state (coplayer.goal_readout)
     "bayes-goal-readout": ("actor: mlp", ["coplayer.enabled=true", "coplayer.goal_readout=state"]),
-    # a narrower goal network (64 units instead of 128): its products are most of the model's cost per env step
-    "bayes-h64": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hidden=64"]),
+    # the goal network at 128 units, its width before the default became 64 (its products are most of the model's
+    # cost per env step); the earlier pages' bayes-h64 is today's bayes
+    "bayes-h128": ("actor: mlp", ["coplayer.enabled=true", "coplayer.hidden=128"]),
     # the same learner, the games' noisy pursuers (train_also) walking every shortest way to their goal (path=any,
     # ZOO_PATH) instead of the rules' one habit: goal policies that learn the goal, not the habit
     "bayes-any-zoo": ("actor: mlp", ["coplayer.enabled=true"]),
@@ -508,7 +509,7 @@ def paired_lines(per: dict) -> list[str]:
 
 
 def inference_report(args, seeds: list[int]) -> None:
-    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "bayes-goal-readout", "bayes-any-zoo", "bayes-h64",
+    models = [v for v in ("bayes", "bayes-members", "bayes-own-view", "bayes-goal-readout", "bayes-any-zoo", "bayes-h128",
                           "gru")
               if v in VARIANTS]
     lines, out_json = [], {}

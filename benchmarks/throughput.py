@@ -125,8 +125,8 @@ COPLAYER_POP = {"mappo-pop": ([], "MAPPO, the learner against a population of 7 
                 "mappo-coplayer-pop": (["coplayer.enabled=true"], "as mappo-coplayer, against that population"),
                 "mappo-coplayer-members-pop": (["coplayer.enabled=true", "coplayer.member_heads=true"],
                                                "as mappo-coplayer-pop, with member heads (one read-out per member)"),
-                "mappo-coplayer-h64-pop": (["coplayer.enabled=true", "coplayer.hidden=64"],
-                                           "as mappo-coplayer-pop, a goal network of 64 units instead of 128")}
+                "mappo-coplayer-h128-pop": (["coplayer.enabled=true", "coplayer.hidden=128"],
+                                            "as mappo-coplayer-pop, a goal network of 128 units (the default is 64)")}
 COPLAYER_AT = [("staghunt", 1024)]  # the Bayesian model needs public actions (mpe does not declare them)
 # the same rows on the egocentric stag hunt the co-player benchmark uses (9x9 windows: 329 features, and the goal
 # policies read the partner's re-centred window)
@@ -211,7 +211,7 @@ def compiled_cases(threads: int) -> list[dict]:
             cases.append(case(f"{name}-ego-compiled", c_env, c_e, threads,
                               [*VARIANTS["mappo"], *overrides, EGOCENTRIC, *COMPILED],
                               note=f"{note}; egocentric windows, ppo.compile=on"))
-        for name in ("mappo-pop", "mappo-coplayer-pop", "mappo-coplayer-h64-pop"):  # against the population, compiled
+        for name in ("mappo-pop", "mappo-coplayer-pop", "mappo-coplayer-h128-pop"):  # against the population, compiled
             overrides, note = COPLAYER_POP[name]
             cases.append(case(f"{name}-compiled", c_env, c_e, threads,
                               [*VARIANTS["mappo"], POPULATION, *overrides, *COMPILED], note=f"{note}; ppo.compile=on"))
@@ -558,7 +558,7 @@ def checks(rows: list[dict], threads: int) -> list[dict]:
         for name, base in [(n, "mappo") for n in COPLAYER] + [
                 (f"{n}-ego{c}", f"mappo-ego{c}") for n in ("mappo-coplayer", "mappo-coplayer-fed")
                 for c in ("", "-compiled")] + [(n, "mappo-pop") for n in COPLAYER_POP if n != "mappo-pop"] + [
-                (f"{n}-compiled", "mappo-pop-compiled") for n in ("mappo-coplayer-pop", "mappo-coplayer-h64-pop")]:
+                (f"{n}-compiled", "mappo-pop-compiled") for n in ("mappo-coplayer-pop", "mappo-coplayer-h128-pop")]:
             ref = ok.get((base, c_env, c_e, threads))
             r = ok.get((name, c_env, c_e, threads))
             if r and ref:

@@ -602,3 +602,30 @@ def test_a_partner_reset_by_indices_equals_the_reset_by_masks():
         assert torch.equal(masks[k], indices[k]), k
     assert (masks["W"][[0, 3]] == 0).all() and (masks["W"][[1, 2]] != 0).any()
     assert (masks["episode_index"] == torch.tensor([0, 1, 1, 0])).all()
+
+
+@pytest.mark.parametrize("overrides, want", [
+    ([], 64),  # bayes: the goal network's auto width
+    (["coplayer.model=gru"], 128),
+    (["coplayer.model=subgoal"], 128),
+    (["coplayer.hidden=128"], 128),  # an explicit width is kept
+    (["coplayer.model=gru", "coplayer.hidden=32"], 32),
+])
+def test_coplayer_width_defaults_by_model(tmp_path, overrides, want):
+    """`coplayer.hidden=0` (auto) is 64 for the goal network of `bayes`, 128 for the recurrent models; the resolved
+    width is what the model is built with and what the run's config.yaml records (a resume then builds the same)."""
+    from hypermappo.algos.coplayer import build_model
+    from hypermappo.algos.coplayer_bayes import build_goal_policy
+    from hypermappo.envs.registry import make_env
+
+    cfg = config_mod.build_config("staghunt/default", ["coplayer.enabled=true", *overrides])
+    assert cfg.coplayer.hidden == want
+    config_mod.save_yaml(cfg, tmp_path / "c.yaml")
+    assert config_mod.load_yaml(tmp_path / "c.yaml")["coplayer"]["hidden"] == want
+    if cfg.coplayer.model != "subgoal":  # a config built without validate() builds the same width
+        explicit = any(o.startswith("coplayer.hidden=") for o in overrides)
+        unresolved = dataclasses.replace(cfg, coplayer=dataclasses.replace(cfg.coplayer, hidden=want if explicit else 0))
+        built = build_goal_policy if cfg.coplayer.model == "bayes" else build_model
+        net = built(unresolved, make_env(cfg.env, 2, **cfg.env_kwargs).spec)
+        assert {p.shape[0] for p in net.parameters() if p.dim() == 2} >= {want}
+    assert config_mod.build_config("staghunt/default", []).coplayer.hidden == 0  # off: nothing resolved, not "set"

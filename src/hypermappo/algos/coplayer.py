@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from hypermappo.algos.adam import adam
+from hypermappo.config import resolve_coplayer_defaults
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.models.coplayer import BeliefActor, CoplayerModel, belief_dim
 
@@ -82,7 +83,7 @@ def subgoal_targets(obs_all: torch.Tensor, episode_end: torch.Tensor, horizon: i
 
 def build_model(cfg, env_spec) -> CoplayerModel:
     """The co-player model of `cfg` for an env (heads for the loss terms with a weight > 0)."""
-    c = cfg.coplayer
+    c = resolve_coplayer_defaults(cfg.coplayer)  # a config built without validate()
     if c.model == "subgoal":
         from hypermappo.models.coplayer_subgoal import SubgoalModel
 
@@ -95,6 +96,7 @@ def build_model(cfg, env_spec) -> CoplayerModel:
 
 def make_coplayer(cfg, env_spec, slots: list[int], num_envs: int, device, seed: int):
     """The co-player model learner of `cfg.coplayer.model` for a learner group on `slots`."""
+    resolve_coplayer_defaults(cfg.coplayer)  # a config built without validate()
     if cfg.coplayer.model == "bayes":
         from hypermappo.algos.coplayer_bayes import BayesCoplayer
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from hypermappo.algos.adam import adam
 from hypermappo.algos.coplayer import SEED_OFFSET, hindsight_goals
+from hypermappo.config import resolve_coplayer_defaults
 from hypermappo.envs.symmetry import augment
 from hypermappo.errors import NonFiniteError, UserError
 from hypermappo.kernels import online_correction
@@ -69,7 +70,7 @@ def population_members(cfg) -> int:
 
 
 def build_goal_policy(cfg, env_spec) -> GoalPolicy:
-    c = cfg.coplayer
+    c = resolve_coplayer_defaults(cfg.coplayer)  # a config built without validate()
     return GoalPolicy(env_spec.obs_dim, env_spec.num_agents, int(env_spec.action_space.n),
                       goal_labels(len(env_spec.goal_names)), c.hidden, c.floor, env_spec.identity_features,
                       env_spec.coplayer_view if c.view == "coplayer" else None,

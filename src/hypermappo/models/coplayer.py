@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from hypermappo.config import resolve_coplayer_defaults
 from hypermappo.models.actor import Actor, ActorOut
 
 
@@ -35,7 +36,7 @@ def belief_dim(cfg, env_spec) -> int:
         return env_spec.num_agents * (goal_labels(len(env_spec.goal_names)) + int(env_spec.action_space.n))
     if c.model == "subgoal":
         return env_spec.num_agents * c.subgoal_latent  # every slot's inferred subgoal (models/coplayer_subgoal.py)
-    return c.hidden
+    return resolve_coplayer_defaults(c).hidden
 
 
 class CoplayerModel(nn.Module):
