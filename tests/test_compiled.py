@@ -417,9 +417,11 @@ def test_compiled_run_equals_the_eager_run(tmp_path, monkeypatch, actor):
     if "weight-grad" in forced:  # every weight gradient the rule admits at this test's MIN_ROWS = MIN_WIDTH = 1, in
         # the update's one graph with gradients (mlp: 6; hyper-id: 11, its 64-wide blocks fused with their LayerNorm;
         # hyper-obs, one hidden layer per network: 5 in the micro-batch block graph, compiled once for its blocks of
-        # one size, the context chain's 5 weight gradients taken inside the observation-context kernel, obs_context.c)
+        # one size, the context chain's 5 weight gradients taken inside the observation-context kernel, obs_context.c;
+        # the belief: the policy's 6 and the goal model's Adam step's 4, its layers at the 64-unit default within the
+        # kernel's MAX_WIDTH = 64)
         taken = weight_grad.PASS.rewritten - rewritten_wg
-        assert taken == {"mlp-tanh-act-norm-weight-grad-belief": 6, "hyper-id-linear-act-norm-weight-grad": 11,
+        assert taken == {"mlp-tanh-act-norm-weight-grad-belief": 6 + 4, "hyper-id-linear-act-norm-weight-grad": 11,
                          "hyper-obs-micro-act-norm-weight-grad": 5}[actor], taken
     if "bias-epilogue" in forced:
         # collection: the 2 hidden products (into Tanh; one hidden layer per network); in each of the update's
