@@ -74,7 +74,7 @@ def main() -> None:
     results: dict = {"pairs": [list(k) for k in same], "by_game": {}}
     for game in sorted({k[0] for k in same}):
         ks = [k for k in same if k[0] == game]
-        folds = sorted({k[2] for k in ks}, key=lambda f: [k[2] for k in ks].index(f))
+        folds = sorted({k[2] for k in ks})
         lines += [f"**{game}** ({len({k[1] for k in ks})} seeds)", "",
                   "| held-out partner | " + " | ".join(f"{m}: base -> new" for m in ("action acc", "goal acc from 5"))
                   + " |", "|---|---|---|"]
