@@ -363,11 +363,15 @@ def main() -> None:
     p.add_argument("--train-only", action="store_true", help="train what is missing, evaluate nothing")
     p.add_argument("--reeval", action="store_true", help="redo the held-out evaluation of trained runs")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--merge", default="",
+                   help="inference pages (their .json, comma-separated) whose rows join this report's where it has no "
+                        "row of that seed and held-out partner (seeds trained in another session)")
     p.add_argument("--goal-held-out", action="store_true",
                    help="train without the games' noisy variants (train_also): a held-out partner's goal may then be "
                         "one that no training partner pursued")
     args = p.parse_args()
     args.games = [g for g in args.games.split(",") if g]
+    args.merge = [m for m in args.merge.split(",") if m]
     if args.src:
         SRC[0] = str(Path(args.src).resolve())
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -483,6 +487,20 @@ def inference_rows(game: str, variant: str, args, seeds: list[int]) -> dict | No
     return rows or None
 
 
+def merged_rows(game: str, per: dict, pages: list[str]) -> dict:
+    """`per` ({variant: rows or None}) with the rows of earlier inference pages (their .json) added where this run has
+    no row of that (seed, held-out partner): one table over seeds trained in several sessions, each row as its own
+    run measured it (runs are deterministic: a seed run again gives its row again, to the last digit)."""
+    for page in pages:
+        for v, rows in json.loads(Path(page).read_text())["results"].get(game, {}).items():
+            if v not in per:
+                continue
+            have = {(r["seed"], r["held_out"]) for r in per[v] or []}
+            per[v] = sorted([*(per[v] or []), *(r for r in rows if (r["seed"], r["held_out"]) not in have)],
+                            key=lambda r: (r["seed"], r["held_out"]))
+    return per
+
+
 def paired_lines(per: dict) -> list[str]:
     """Each variant minus `bayes` on the same seed and held-out partner (the same trained partners and draws):
     held-out action and goal accuracy, and the in-distribution accuracy against the frozen learner, with bootstrap
@@ -515,7 +533,7 @@ def inference_report(args, seeds: list[int]) -> None:
     lines, out_json = [], {}
     for game in args.games:
         per = {v: inference_rows(game, v, args, seeds) for v in models}
-        per = {v: r for v, r in per.items() if r}
+        per = {v: r for v, r in merged_rows(game, per, args.merge).items() if r}
         if not per:
             continue
         out_json[game] = per
@@ -594,7 +612,9 @@ def inference_report(args, seeds: list[int]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     name = out.name.replace("coplayer_adaptation", "coplayer_inference")
     out = out.with_name(name if name != out.name else name + "_inference")
-    meta = {"games": args.games, "seeds": seeds, "total_env_steps": args.steps, "num_envs": args.num_envs, "K": args.k,
+    seeds = sorted({r["seed"] for per in out_json.values() for rows in per.values() for r in rows})
+    meta = {"games": args.games, "seeds": seeds, "merged": args.merge,
+            "total_env_steps": args.steps, "num_envs": args.num_envs, "K": args.k,
             "eval_envs": args.eval_envs, "partners": {g: GAMES[g]["partners"] for g in args.games},
             "variants": {v: VARIANTS[v] for v in models}}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": out_json}, indent=2))
