@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from coplayer_adaptation import _bootstrap_ci  # noqa: E402
 from throughput import machine, write_results  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "src"))
+from hypermappo.config import CoplayerConfig  # noqa: E402
 
 
 def copy_runs(src: Path, dst: Path, game: str, key: str | None, value: str | None) -> None:
@@ -55,9 +59,14 @@ def copy_runs(src: Path, dst: Path, game: str, key: str | None, value: str | Non
         if key and run.name.startswith("bayes_minus_"):
             text = (out / "config.yaml").read_text()
             section = re.search(r"^coplayer:\n((?:  .*\n)+)", text, re.M)
-            if section is None or not re.search(rf"^  {key}: ", section.group(1), re.M):
-                raise SystemExit(f"coplayer_belief_settings: {run / 'config.yaml'} has no coplayer.{key}")
-            body = re.sub(rf"^  {key}: .*$", f"  {key}: {value}", section.group(1), count=1, flags=re.M)
+            if section is None:
+                raise SystemExit(f"coplayer_belief_settings: {run / 'config.yaml'} has no coplayer section")
+            if re.search(rf"^  {key}: ", section.group(1), re.M):
+                body = re.sub(rf"^  {key}: .*$", f"  {key}: {value}", section.group(1), count=1, flags=re.M)
+            elif key in {f.name for f in fields(CoplayerConfig)}:  # a key newer than the run: the run had its default
+                body = section.group(1) + f"  {key}: {value}\n"
+            else:
+                raise SystemExit(f"coplayer_belief_settings: coplayer.{key} is not a co-player setting")
             (out / "config.yaml").write_text(text[:section.start(1)] + body + text[section.end(1):])
 
 
@@ -69,6 +78,8 @@ def evaluate(dst: Path, args) -> list[dict]:
     cmd = [sys.executable, str(HERE / "coplayer_adaptation.py"), "--games", args.game, "--variants", "bayes",
            "--seeds", args.seeds, "--steps", str(args.steps), "--num-envs", str(args.num_envs), "--k", str(args.k),
            "--runs", str(dst), "--out", str(dst / "out"), "--workers", str(args.workers), "--reeval"]
+    if args.src:
+        cmd += ["--src", args.src]
     if args.folds:
         cmd += ["--folds", args.folds]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -98,6 +109,7 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/coplayer_belief_settings", help="where the copies are evaluated")
     p.add_argument("--name", default="coplayer_belief_settings")
     p.add_argument("--note", default="")
+    p.add_argument("--src", help="source tree the evaluations import (default: this checkout's src)")
     args = p.parse_args()
     runs, work = Path(args.runs), Path(args.work)
     settings = [None, *[tuple(s.split("=", 1)) for s in args.settings.split(",") if s]]

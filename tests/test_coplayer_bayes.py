@@ -100,6 +100,62 @@ def test_belief_update_equals_a_hand_computed_bayes_update_with_switch_carry_and
     assert b.counts[1, 0, 0].sum() == 0, "the learner's own moves are not counted as a co-player's"
 
 
+def test_a_tempered_belief_takes_each_move_to_the_power_of_the_evidence_weight():
+    """coplayer.evidence_weight = w: b_t(g) ∝ b_{t-1}(g) * pi(a | g)^w (by hand, two moves, no hazard); w = 1 is
+    Bayes' rule itself, to the bit."""
+    pi = torch.tensor([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
+    log_pi = pi.log().view(1, 1, 1, 3, 2).expand(1, 1, 2, 3, 2).clone()
+    beliefs = {}
+    for w in (0.5, 1.0):
+        b = GoalBelief(Planted(log_pi), torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True,
+                       evidence_weight=w)
+        b.start(1, "cpu")
+        want = [1 / 3] * 3
+        for a in (0, 0):
+            seen = b.counts[0, 0, 1]  # the "other" goal: the Dirichlet(1) predictive of the moves counted so far
+            lik = [float(pi[0, a]), float(pi[1, a]), (seen[a].item() + 1) / (seen.sum().item() + 2)]
+            b.begin(torch.zeros(1, 1, 4))
+            b.observe(torch.tensor([[1, a]]), torch.ones(1, 2, dtype=torch.bool), torch.zeros(1, dtype=torch.bool))
+            want = _normalised([p * q ** w for p, q in zip(want, lik)])
+            assert b.log_b[0, 0, 1].exp().tolist() == pytest.approx(want, abs=1e-6), w
+        beliefs[w] = b.log_b[0, 0, 1].clone()
+    # two moves that goal 0 explains best: the tempered belief is less sure of it than Bayes' rule
+    assert beliefs[0.5].exp()[0] < beliefs[1.0].exp()[0]
+    b = GoalBelief(Planted(log_pi), torch.tensor([0]), 2, alpha=0.5, hazard=0.0, persistent=True)
+    assert b.evidence_weight == 1.0, "Bayes' rule by default"
+    lb, lik = torch.tensor([0.5, 0.25, 0.25]).log(), torch.tensor([0.1, 0.4, 0.2]).log()
+    assert torch.equal(bayes_update(lb, lik, 1.0), bayes_update(lb, lik))
+    assert bayes_update(lb, lik, 0.5).exp().tolist() == pytest.approx(
+        _normalised([0.5 * 0.1 ** 0.5, 0.25 * 0.4 ** 0.5, 0.25 * 0.2 ** 0.5]))
+
+
+def test_the_evidence_weight_reaches_the_training_and_the_held_out_beliefs(tmp_path):
+    """coplayer.evidence_weight from the run's config into the belief a run trains with and into the one `hypermappo
+    adapt` rebuilds from the run directory; the oracle's stays Bayes' rule (the env's own rules are not misspecified)."""
+    from hypermappo.adaptation import HeldOutMatch, parse_partner
+
+    groups = ("groups=[{name: learner, agents: [0]}, {name: partner, agents: [1], kind: scripted, "
+              "policy: staghunt_stag}]")
+    exp = Experiment(_cfg([*BAYES, "coplayer.evidence_weight=0.5", groups], steps=80), tmp_path / "run", quiet=True)
+    assert exp.groups[0].learner.coplayer.belief.evidence_weight == 0.5
+    exp.run()
+    match = HeldOutMatch(tmp_path / "run", None, 4, torch.device("cpu"))
+    weights = []
+    observe = GoalBelief._observed
+
+    def seen(self, *args):  # which weight each belief's update ran with
+        weights.append((self.model is match.coplayer[0].model, self.evidence_weight))
+        return observe(self, *args)
+
+    GoalBelief._observed = seen
+    try:
+        match.play(parse_partner("scripted:staghunt_hare"), 1, True, 0)
+    finally:
+        GoalBelief._observed = observe
+    assert {w for own, w in weights if own} == {0.5}
+    assert {w for own, w in weights if not own} == {1.0}, "the oracle's belief: Bayes' rule"
+
+
 def test_memory_off_restarts_every_episode_from_the_uniform_prior():
     pi = torch.tensor([[0.9, 0.1], [0.1, 0.9]]).log().view(1, 1, 1, 2, 2).expand(1, 1, 2, 2, 2)
     b = GoalBelief(Planted(pi), torch.tensor([0]), 2, alpha=0.0, hazard=0.0, persistent=False)

@@ -300,7 +300,8 @@ class LearnerSide:
 
             c = self.bayes_cfg
             self.belief = GoalBelief(self.model, self.slots, self.model.n_slots, c.prior_weight, c.hazard, memory,
-                                     c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected")
+                                     c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected",
+                                     c.evidence_weight)
             self.belief.start(E, device)
             self.memory = None
             return

@@ -256,6 +256,11 @@ class CoplayerConfig:
                                           "predicted moves: a goal-agnostic correction learnt from the belief's own "
                                           "errors can make one goal, often 'other', fit every partner)",
                              choices=["corrected", "model"])
+    evidence_weight: float = opt(1.0, "bayes: the power w of each observed move's likelihood in the goal belief's "
+                                      "update, b ∝ b_prev * pi(move | goal)^w: 1 = Bayes' rule; below 1 a tempered "
+                                      "posterior, where a move the goal policies find unlikely (a partner pursuing a "
+                                      "goal by moves of its own) moves the belief less", min=0.0, max=1.0,
+                                 min_exclusive=True)
     floor: float = opt(0.05, "bayes: weight of a uniform policy mixed into every goal's policy (no observed move "
                              "can rule a goal out)", min=0.0, max=1.0, max_exclusive=True)
     observe_actions: bool = opt(True, "bayes: the co-players' previous actions are an input of their modelled "

@@ -99,7 +99,7 @@ class GoalBelief:
 
     def __init__(self, model: GoalPolicy, slots: torch.Tensor, n_slots: int, alpha: float, hazard: float,
                  persistent: bool, observe_actions: bool = True, event_reset: float = 0.0, online_lr: float = 0.0,
-                 corrected_evidence: bool = True):
+                 corrected_evidence: bool = True, evidence_weight: float = 1.0):
         self.model, self.slots, self.N = model, slots, n_slots
         self.G, self.A = model.n_goals, model.n_actions
         # with member heads (coplayer.member_heads) the belief is over hypotheses (read-out, named goal): read-out 0
@@ -120,6 +120,7 @@ class GoalBelief:
         self.read_free = False
         self.alpha, self.hazard, self.persistent, self.observe_actions = alpha, hazard, persistent, observe_actions
         self.event_reset = event_reset
+        self.evidence_weight = evidence_weight  # the power of each move's likelihood in the update (1: Bayes)
         # the per-partner online correction of the goal policies' moves (off at 0): logits + W h, W [E, K, N - 1, A, H]
         # (co-player seats only, `coplayer_seats` order; [A, H] so that its update is one contiguous multiply-add)
         # learnt by online multinomial logistic regression on the partner's public moves, h the goal network's last
@@ -298,7 +299,7 @@ class GoalBelief:
         like = log_evidence.gather(-1, moves[..., None, None].expand(-1, -1, -1, self.H, 1)).squeeze(-1)  # [.., H]
         seen = active.unsqueeze(1) & active[:, self.slots].unsqueeze(-1) & self.others  # [E, K, N]: both alive
         log_b_cp, prior_cp = log_b[cp], prior[cp]
-        post = switch(bayes_update(log_b_cp, like), prior_cp, self.hazard)
+        post = switch(bayes_update(log_b_cp, like, self.evidence_weight), prior_cp, self.hazard)
         if event is not None and self.event_reset > 0:
             done_goal = (event >= 0)[:, self.seat].unsqueeze(-1)  # [E, K, N - 1, 1]
             post = torch.where(done_goal, switch(post, prior_cp, self.event_reset), post)
@@ -385,7 +386,8 @@ class BayesCoplayer:
         self.learner_slot = torch.zeros(N, dtype=torch.bool, device=device)
         self.learner_slot[self.slots] = True
         self.belief = GoalBelief(self.model, self.slots, N, c.prior_weight, c.hazard, c.memory != "episode",
-                                 c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected")
+                                 c.observe_actions, c.event_reset, c.online_lr, c.goal_evidence == "corrected",
+                                 c.evidence_weight)
         z = dict(device=device)
         # the rollout: every slot's observation (training inputs of each observer), actions, previous actions
         self.obs_all = torch.zeros(T, E, N, D, **z)
@@ -744,7 +746,7 @@ class BayesBeliefActor(torch.nn.Module):
             c = self.cfg.coplayer
             self.belief = GoalBelief(self.model, torch.tensor(self.slots, device=obs.device), self.model.n_slots,
                                      c.prior_weight, c.hazard, c.memory != "episode", c.observe_actions,
-                                     c.event_reset, c.online_lr, c.goal_evidence == "corrected")
+                                     c.event_reset, c.online_lr, c.goal_evidence == "corrected", c.evidence_weight)
             self.belief.start(E, obs.device)
             self.active_all = None
         if self.active_all is None:

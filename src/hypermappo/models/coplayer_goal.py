@@ -9,7 +9,7 @@ is mixed with a uniform floor, so no observed action can drive a goal's likeliho
 The belief over each co-player's goal is a tensor of log-probabilities `[E, K, N, G]` (envs, learner agents,
 agent slots, goals) updated in log space after every observed action:
 
-    b_t(g)  ∝  b_{t-1}(g) * pi(a_{j,t-1} | o_{i,t-1}, j, g, a_{j,t-2})           (`bayes_update`)
+    b_t(g)  ∝  b_{t-1}(g) * pi(a_{j,t-1} | o_{i,t-1}, j, g, a_{j,t-2})^w         (`bayes_update`; w = 1: Bayes)
     b_t     <- (1 - h) b_t + h * prior                                          (`switch`: a goal change, hazard h)
 
 and carried into the next episode as its prior, `alpha * prior + (1 - alpha) * posterior` (`carry`). Predictions:
@@ -30,9 +30,11 @@ import torch.nn.functional as F
 from hypermappo.kernels import window_view
 
 
-def bayes_update(log_belief: torch.Tensor, log_lik: torch.Tensor) -> torch.Tensor:
-    """log b [..., G] + log pi(observed action | g) [..., G] -> the normalised log posterior [..., G]."""
-    post = log_belief + log_lik
+def bayes_update(log_belief: torch.Tensor, log_lik: torch.Tensor, weight: float = 1.0) -> torch.Tensor:
+    """log b [..., G] + weight * log pi(observed action | g) [..., G] -> the normalised log posterior [..., G].
+    `weight` < 1: a tempered (power) likelihood, b ∝ b_prev * pi^weight: each move counts as a fraction of one,
+    the usual remedy where the likelihoods are misspecified (a partner that pursues a goal by moves of its own)."""
+    post = log_belief + (log_lik if weight == 1.0 else weight * log_lik)
     return post - post.logsumexp(-1, keepdim=True)
 
 
