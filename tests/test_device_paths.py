@@ -120,6 +120,10 @@ def test_collection_and_update_make_no_tensor_where_the_device_is_not_said(tmp_p
         "rollout_length=30", "total_env_steps=360"]
     if "compiled" in extra:
         graphs_traced_not_compiled(monkeypatch)
+        # chunks of 2 steps, not the run's 8: the same code traced (each chunk unrolls the step), a quarter of it
+        from hypermappo.compile import collect_step
+
+        monkeypatch.setattr(collect_step, "CHUNK", 2)
         overrides = [o for o in overrides if o.split("=")[0] != "ppo.compile"] + ["ppo.compile=on"]
     if "hyper" in extra:
         overrides.append("actor=hyper")
