@@ -129,7 +129,7 @@ def test_a_tempered_belief_takes_each_move_to_the_power_of_the_evidence_weight()
         _normalised([0.5 * 0.1 ** 0.5, 0.25 * 0.4 ** 0.5, 0.25 * 0.2 ** 0.5]))
 
 
-def test_the_evidence_weight_reaches_the_training_and_the_held_out_beliefs(tmp_path):
+def test_the_evidence_weight_reaches_the_training_and_the_held_out_beliefs(tmp_path, monkeypatch):
     """coplayer.evidence_weight from the run's config into the belief a run trains with and into the one `hypermappo
     adapt` rebuilds from the run directory; the oracle's stays Bayes' rule (the env's own rules are not misspecified)."""
     from hypermappo.adaptation import HeldOutMatch, parse_partner
@@ -147,11 +147,8 @@ def test_the_evidence_weight_reaches_the_training_and_the_held_out_beliefs(tmp_p
         weights.append((self.model is match.coplayer[0].model, self.evidence_weight))
         return observe(self, *args)
 
-    GoalBelief._observed = seen
-    try:
-        match.play(parse_partner("scripted:staghunt_hare"), 1, True, 0)
-    finally:
-        GoalBelief._observed = observe
+    monkeypatch.setattr(GoalBelief, "_observed", seen)
+    match.play(parse_partner("scripted:staghunt_hare"), 1, True, 0)
     assert {w for own, w in weights if own} == {0.5}
     assert {w for own, w in weights if not own} == {1.0}, "the oracle's belief: Bayes' rule"
 
