@@ -178,6 +178,8 @@ def cmd_train(args) -> int:
     from hypermappo.run_config import build_config
 
     cfg = build_config(args.preset, args.overrides, allow_unused=args.allow_unused_keys)
+    if cfg.seeds:
+        return _train_seeds(cfg, args.quiet)
     exp = Experiment(cfg, quiet=args.quiet)
     per_update = cfg.num_envs * cfg.rollout_length
     trained = exp.updates_total * per_update  # whole rollouts: total_env_steps rounded up
@@ -191,6 +193,23 @@ def cmd_train(args) -> int:
         print(note)
     summary = exp.run()
     _print_summary(exp.run_dir, summary)
+    return 0
+
+
+def _train_seeds(cfg, quiet: bool) -> int:
+    """`seeds=`: the seeds as one batched run (seed_batch.py), one run directory each."""
+    from hypermappo.seed_batch import SeedBatch
+
+    batch = SeedBatch(cfg, quiet=quiet)
+    first = batch.exps[0]
+    print(f"hypermappo train: env={cfg.env} algo={cfg.algo} actor={cfg.actor} seeds={cfg.seeds} batched "
+          f"(E={cfg.num_envs} per seed, {len(cfg.seeds) * cfg.num_envs} in all) T={cfg.rollout_length} "
+          f"{first.updates_total:,} updates -> {', '.join(str(e.run_dir) for e in batch.exps)}")
+    print("seeds: eager, one vmapped actor and critic call for every seed per step (each seed equals its run alone "
+          "up to float rounding)")
+    for exp, summary in zip(batch.exps, batch.run()):
+        print(f"seed {exp.cfg.seed}:")
+        _print_summary(exp.run_dir, summary)
     return 0
 
 

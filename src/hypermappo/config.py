@@ -342,6 +342,10 @@ class Config:
     # the names of models/actor.py's ACTORS (tests/test_layers.py checks they agree; config imports no model)
     actor: str = opt("mlp", "actor architecture", choices=["mlp", "rnn", "hyper"])
     seed: int = opt(0, "seed of every random source in the run", min=0)
+    seeds: list[int] = opt([], "train these seeds as one batched run in this process (networks stacked, one env of "
+                               "num_envs envs per seed), each into its own run directory RUN_DIR/seed_<s> and equal "
+                               "to that seed run alone up to float rounding; empty = the one run of `seed` (see "
+                               "docs/guides/seed-batch.md for what it supports)")
     run_dir: str = opt("", "run directory; empty = runs/<env>_<algo>_<actor>_s<seed>_<time>")
     total_env_steps: int = opt(100_000, "environment steps to train for (summed over envs)", min=1)
     num_envs: int = opt(128, "parallel environments E", min=1)
@@ -856,8 +860,46 @@ def validate(cfg: Config) -> None:
         raise UserError(f"hyper.rank: low-rank generation makes increments; with hyper.output=full use rank=0, "
                         f"got {h.rank}")
     check_hyper_critic(cfg)
+    check_seed_batch(cfg)
     if not (cfg.device == "cpu" or cfg.device.startswith("cuda") or cfg.device == "mps"):
         raise UserError(f"device: expected cpu, cuda, cuda:N or mps, got {cfg.device!r}")
+
+
+# what `seeds=` batches (seed_batch.py): envs whose random draws it can split into one stream per seed
+SEED_BATCH_ENVS = ("mpe:simple_spread",)
+
+
+def check_seed_batch(cfg: Config) -> None:
+    """`seeds=`: distinct non-negative seeds, and a run of the kind the batched path trains (one MAPPO / IPPO learner
+    with feed-forward networks of shared weights, eager, on an env that splits its random draws per seed)."""
+    if not cfg.seeds:
+        return
+    if any(s < 0 for s in cfg.seeds) or len(set(cfg.seeds)) != len(cfg.seeds):
+        raise UserError(f"seeds: expected distinct seeds >= 0, got {cfg.seeds}")
+    need = [("algo", cfg.algo in ("mappo", "ippo"), "mappo or ippo"),
+            ("actor", cfg.actor == "mlp", "mlp"),
+            ("env", cfg.env in SEED_BATCH_ENVS, " or ".join(SEED_BATCH_ENVS)),
+            ("model.share_params", cfg.model.share_params, "true"),
+            ("critic.recurrent", cfg.critic.recurrent in ("auto", "off"), "auto or off"),
+            ("critic.arch", cfg.critic.arch != "hyper", "not hyper"),
+            ("groups", not cfg.groups, "none"),
+            ("coplayer.enabled", not cfg.coplayer.enabled, "false"),
+            ("ppo.compile", cfg.ppo.compile in ("auto", "off"), "auto or off (the batched path is eager)"),
+            ("ppo.minibatch_over", cfg.ppo.minibatch_over == "samples" or cfg.ppo.num_mini_batch == 1, "samples"),
+            ("env_kwargs.continuous_actions", not cfg.env_kwargs.get("continuous_actions"), "false")]
+    for key, ok, expected in need:
+        if not ok:
+            value = cfg.env_kwargs.get("continuous_actions") if key.startswith("env_kwargs") else \
+                _get(cfg, key)
+            raise UserError(f"seeds: the batched path trains {key}={expected}, got {key}={value!r} (train each "
+                            f"seed on its own, e.g. `hypermappo sweep ... seed={','.join(map(str, cfg.seeds))}`)")
+
+
+def _get(cfg, key: str):
+    obj = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def check_hyper_critic(cfg: Config) -> None:

@@ -171,6 +171,7 @@ class Experiment:
         take), what this process created of the run directory is removed again."""
         run_dir = Path(run_dir or cfg.run_dir or default_run_dir(cfg))
         claim = None if resume else RunDirClaim(run_dir)  # runtime/run_dir.py
+        self.claim = claim  # a caller that builds several runs gives it back if a later one fails (seed_batch.py)
         try:
             self._build(cfg, run_dir, claim, quiet)
         except BaseException:
@@ -354,6 +355,10 @@ class Experiment:
                 continue
             last_values, _ = L.critic(g.take(s.obs), s.state, L.critic_h, L.reset_mask, active=g.take(s.active))
             L.algo.compute_returns(L.buffer, last_values)
+        return self._rollout_stats()
+
+    def _rollout_stats(self) -> dict:
+        """After a rollout: count its env steps and return its finished episodes' statistics (read once)."""
         self.env_steps += self.cfg.rollout_length * self.cfg.num_envs
         stats = {}
         r, group_r, extras = self.episodes.finish()  # the finished episodes, read once (storage/episode_log.py)
@@ -732,23 +737,35 @@ class Experiment:
                    "collect_s": t1 - t0, "update_s": t2 - t_update, "diagnostics_s": diag_s, **losses, **diag}
             if self.switching:
                 row["switch"] = "; ".join(switched)
-            last = self.update == self.updates_total
-            steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
-            milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
-            if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last or milestone:
-                eval_stats = self._evaluate_checked()
-                row.update({"eval_return_mean": eval_stats["return_mean"],
-                            "eval_return_std": eval_stats["return_std"]})
-                row.update({f"{name}/eval_return_mean": v for name, v in eval_stats.get("group_returns", {}).items()})
-            row["wall_s"] = self.wall_before + time.perf_counter() - start  # since the run started: compile, evals in
-            self.logger.log(row)
-            self._progress(row, start, segment_steps0)
-            if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:
-                self.save_checkpoint()
-            if self.stop_signal is not None and not last:
+            eval_stats = self._log_update(row, start, segment_steps0) or eval_stats
+            if self.stop_signal is not None and self.update < self.updates_total:
                 self._stop_for_signal()
+        return self._finish_run(start, eval_stats)
+
+    def _log_update(self, row: dict, start: float, steps0: int) -> dict | None:
+        """After update `self.update`: its evaluation where one is due, the metrics row, the progress line and the
+        checkpoint where one is due; the evaluation's statistics (None: none was due)."""
+        cfg = self.cfg
+        eval_stats = None
+        last = self.update == self.updates_total
+        steps_before = self.env_steps - cfg.rollout_length * cfg.num_envs
+        milestone = any(steps_before < m <= self.env_steps for m in cfg.eval_at_steps)
+        if (cfg.eval_interval and self.update % cfg.eval_interval == 0) or last or milestone:
+            eval_stats = self._evaluate_checked()
+            row.update({"eval_return_mean": eval_stats["return_mean"],
+                        "eval_return_std": eval_stats["return_std"]})
+            row.update({f"{name}/eval_return_mean": v for name, v in eval_stats.get("group_returns", {}).items()})
+        row["wall_s"] = self.wall_before + time.perf_counter() - start  # since the run started: compile, evals in
+        self.logger.log(row)
+        self._progress(row, start, steps0)
+        if (cfg.checkpoint_interval and self.update % cfg.checkpoint_interval == 0) or last:
+            self.save_checkpoint()
+        return eval_stats
+
+    def _finish_run(self, start: float, eval_stats: dict | None) -> dict:
+        """After the last update: summary.json (with an evaluation), then close what the run holds."""
         wall = self.wall_before + time.perf_counter() - start
-        if not self.quiet and cfg.log.progress:
+        if not self.quiet and self.cfg.log.progress:
             print(file=sys.stderr)
         if eval_stats is None:  # resumed from the final checkpoint, killed before the summary was written
             eval_stats = self._evaluate_checked()

@@ -158,14 +158,18 @@ class MAPPO:
         return actor_loss, value_loss, {"policy_loss": policy_loss, "value_loss": value_loss,
                                         "entropy": entropy, **stats, **aux}
 
+    def advantage_stats(self, buf: RolloutBuffer) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and std of the rollout's advantages over its active samples (ppo.advantage_norm's)."""
+        if self.adv_by_masks:  # no read of the device: the active samples' mean and std by masks
+            return masked_mean_std(buf.advantages, buf.active)
+        active_adv = buf.advantages[buf.active]
+        adv_mean = active_adv.mean() if active_adv.numel() else active_adv.new_zeros(())
+        adv_std = active_adv.std() if active_adv.numel() > 1 else active_adv.new_ones(())
+        return adv_mean, adv_std
+
     def update(self, buf: RolloutBuffer, generator: torch.Generator | None = None) -> dict[str, float]:
         p = self.cfg.ppo
-        if self.adv_by_masks:  # no read of the device: the active samples' mean and std by masks
-            adv_mean, adv_std = masked_mean_std(buf.advantages, buf.active)
-        else:
-            active_adv = buf.advantages[buf.active]
-            adv_mean = active_adv.mean() if active_adv.numel() else active_adv.new_zeros(())
-            adv_std = active_adv.std() if active_adv.numel() > 1 else active_adv.new_ones(())
+        adv_mean, adv_std = self.advantage_stats(buf)
         if self.fused is not None:
             return self._update_fused(buf, generator, adv_mean, adv_std)
         sums: dict[str, torch.Tensor] = {}

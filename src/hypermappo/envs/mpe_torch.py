@@ -96,6 +96,7 @@ class SimpleSpreadVecEnv(VecEnv):
         self.tracker = EpisodeTracker(E, N, dev)
         self.generator = torch.Generator(device=dev)
         self.generator.seed()  # unseeded reset() -> fresh randomness, like mpe2
+        self.blocks: list[torch.Generator] | None = None  # seed blocks (`reset_blocks`): one generator per block
 
         # constants, made once
         self._action_force_xy = torch.tensor(_DISCRETE_DIRECTIONS, device=dev).T * SENSITIVITY  # [2, 5]
@@ -172,8 +173,7 @@ class SimpleSpreadVecEnv(VecEnv):
 
     def _spawn(self, env_ids: torch.Tensor | None) -> None:
         """New episode start for the envs `env_ids` (None = all): uniform positions in [-1, 1]^2, at rest."""
-        k = self.num_envs if env_ids is None else env_ids.numel()
-        pos = torch.rand(self._pos.shape[0], 2, k, generator=self.generator, device=self.device) * 2 - 1  # [N+L, 2, k]
+        pos = self._uniform_starts(env_ids) * 2 - 1  # [N+L, 2, k]
         if env_ids is None:
             self._pos.copy_(pos)
             self._vel.zero_()
@@ -184,7 +184,7 @@ class SimpleSpreadVecEnv(VecEnv):
     def _respawn(self, ended: torch.Tensor) -> None:
         """`_spawn` of the envs where `ended` [E] without reading it on the host: new starts drawn for every env,
         taken where an env ended (the others keep their positions, velocities and step counts)."""
-        pos = torch.rand(self._pos.shape[0], 2, self.num_envs, generator=self.generator, device=self.device) * 2 - 1
+        pos = self._uniform_starts(None) * 2 - 1
         self._pos.copy_(torch.where(ended, pos, self._pos))
         self._vel.masked_fill_(ended, 0.0)
         self.t.masked_fill_(ended, 0)
@@ -199,6 +199,28 @@ class SimpleSpreadVecEnv(VecEnv):
                        episode_done=self._no_end.clone())
 
     # ------------------------------------------------------------------ VecEnv API
+    def _uniform_starts(self, env_ids: torch.Tensor | None) -> torch.Tensor:
+        """Uniform draws [N+L, 2, k] for the starts of the envs `env_ids` (sorted; None = all): one draw from the
+        env's generator, or with seed blocks one per block from the block's own generator, of that block's envs
+        only: block b then draws what an env of the block's size seeded with its seed alone would."""
+        shape = (self._pos.shape[0], 2)
+        if self.blocks is None:
+            k = self.num_envs if env_ids is None else env_ids.numel()
+            return torch.rand(*shape, k, generator=self.generator, device=self.device)
+        size = self.num_envs // len(self.blocks)
+        counts = [size] * len(self.blocks) if env_ids is None else \
+            torch.bincount(env_ids // size, minlength=len(self.blocks)).tolist()  # ids from nonzero(): on the host
+        return torch.cat([torch.rand(*shape, c, generator=g, device=self.device)
+                          for g, c in zip(self.blocks, counts)], -1)
+
+    def reset_blocks(self, seeds: list[int]) -> EnvStep:
+        """`reset` of len(seeds) equal blocks of envs, block b seeded with seeds[b]: each block's episodes are those
+        of an env of num_envs / len(seeds) envs reset with that seed (seed_batch.py: several seeds in one env)."""
+        if self.num_envs % len(seeds):
+            raise UserError(f"simple_spread: {self.num_envs} envs do not split into {len(seeds)} equal seed blocks")
+        self.blocks = [torch.Generator(device=self.device).manual_seed(int(seed)) for seed in seeds]
+        return self.reset()
+
     def reset(self, seed: int | None = None) -> EnvStep:
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -286,6 +308,16 @@ class SimpleSpreadVecEnv(VecEnv):
         return {"agent_pos": copy(self.agent_pos), "agent_vel": copy(self.agent_vel),
                 "landmark_pos": copy(self.landmark_pos), "t": self.t.clone(),
                 "rng": self.generator.get_state(), "tracker": self.tracker.state_dict()}
+
+    def block_state(self, block: int) -> dict:
+        """`get_state` of seed block `block` (`reset_blocks`) as the state of an env of that block's envs alone."""
+        size = self.num_envs // len(self.blocks)
+        rows = slice(block * size, (block + 1) * size)
+        state = self.get_state()
+        return {"agent_pos": state["agent_pos"][rows], "agent_vel": state["agent_vel"][rows],
+                "landmark_pos": state["landmark_pos"][rows], "t": state["t"][rows],
+                "rng": self.blocks[block].get_state(),
+                "tracker": {k: v[rows] for k, v in state["tracker"].items()}}
 
     def set_state(self, state: dict) -> None:
         self.agent_pos.copy_(state["agent_pos"])

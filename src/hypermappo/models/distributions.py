@@ -56,8 +56,12 @@ class Categorical(ActionDist):
 
     def sample(self) -> torch.Tensor:
         # Gumbel-max: one fused op, same RNG stream as torch.rand
-        u = torch.rand_like(self.logp_all).clamp_(1e-20, 1.0)
-        return (self.logp_all - torch.log(-torch.log(u))).argmax(-1)
+        return self.sample_from(torch.rand_like(self.logp_all))
+
+    def sample_from(self, u: torch.Tensor) -> torch.Tensor:
+        """The sample `sample()` draws when torch.rand gives it `u` (uniforms of logp_all's shape): a caller with
+        its own generator per seed (seed_batch.py) draws the same actions as a run of that seed alone."""
+        return (self.logp_all - torch.log(-torch.log(u.clamp(1e-20, 1.0)))).argmax(-1)
 
     def mode(self) -> torch.Tensor:
         return self.logp_all.argmax(-1)

@@ -1,0 +1,382 @@
+"""`seeds=`: S seeds of one config trained as one batched run in one process, each into its own run directory.
+
+Why: a run of E = 1024 envs leaves most of a GPU idle (its time goes to launching small kernels), and researchers
+train every config for several seeds; JaxMARL trains ten at once with vmap. Here the seeds' envs are blocks of one
+env (`reset_blocks`: block b draws the starts an env seeded with seeds[b] alone draws), their actors and critics are
+called once for all seeds (torch.func.vmap over parameters stacked per seed), and one env step serves every seed.
+
+What keeps each seed's run its own: a whole `Experiment` per seed (run directory, config.yaml, metrics, evaluations,
+checkpoints, summary.json), its own optimisers, value normaliser and mini-batch generator, and its own action noise
+(drawn from a generator that holds what the global generator of that seed's run alone holds). Each rollout is copied
+into the seed's own buffer, where its returns, mini-batches, diagnostics and statistics come from that run's code.
+
+Same run as alone: the same initial weights, env starts, action noise and mini-batches as `seed=s` alone; the
+actions and losses of a first update are equal to the bit (tested), the gradients to float rounding (a batched
+matrix product adds in another order), so over many updates the runs drift apart as a run on two machines does.
+Each seed's config.yaml is its run alone (`seed=s`, no `seeds`); `hypermappo resume RUN_DIR` continues a seed
+alone. What it batches: `config.check_seed_batch`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from hypermappo.algos.death import bootstrap_mask, transition_targets
+from hypermappo.algos.mappo import nonfinite_step
+from hypermappo.envs.registry import make_env
+from hypermappo.envs.vec import EnvStep
+from hypermappo.errors import NonFiniteError, RunInterrupted, UserError
+from hypermappo.experiment import Experiment, default_run_dir
+from hypermappo.runtime import sync_free
+from hypermappo.runtime.nonfinite_watch import NonFiniteWatch
+from hypermappo.storage.rollout import RolloutBuffer
+
+
+class LossModules(nn.Module):
+    """What one seed's PPO loss reads (actor, critic, value normaliser) as one module, for functional_call."""
+
+    def __init__(self, algo):
+        super().__init__()
+        self.actor, self.critic = algo.actor, algo.critic
+        self.value_norm = algo.value_norm if isinstance(algo.value_norm, nn.Module) else None
+        self._algo = (algo,)  # a tuple: not a submodule
+
+    def forward(self, batch: dict, adv_mean: torch.Tensor, adv_std: torch.Tensor):
+        return self._algo[0].loss(batch, adv_mean, adv_std)
+
+
+def run_dirs(cfg) -> list[Path]:
+    """Each seed's run directory: RUN_DIR/seed_<s>, or the default directory of that seed's run alone."""
+    if cfg.run_dir:
+        return [Path(cfg.run_dir) / f"seed_{s}" for s in cfg.seeds]
+    return [default_run_dir(dataclasses.replace(cfg, seed=s)) for s in cfg.seeds]
+
+
+def block_step(step: EnvStep, rows: slice) -> EnvStep:
+    """The EnvStep of the envs `rows` (a seed's block)."""
+    kw = {}
+    for f in dataclasses.fields(step):
+        v = getattr(step, f.name)
+        if isinstance(v, torch.Tensor):
+            v = v[rows].clone()
+        elif isinstance(v, dict):
+            v = {k: x[rows].clone() for k, x in v.items()}
+        kw[f.name] = v
+    return EnvStep(**kw)
+
+
+class SeedBatch:
+    """The seeds of `cfg.seeds` as one run: see the module docstring."""
+
+    def __init__(self, cfg, quiet: bool = False):
+        if not cfg.seeds:
+            raise UserError("seeds: expected a list of seeds, e.g. seeds=[0,1,2]")
+        self.cfg, self.quiet = cfg, quiet
+        self.seeds = list(cfg.seeds)
+        S, E = len(self.seeds), cfg.num_envs
+        self.exps: list[Experiment] = []
+        self.cpu_rng, self.noise = [], []  # per seed: the global generators' states its run alone would hold
+        try:
+            for s, run_dir in zip(self.seeds, run_dirs(cfg)):
+                exp = Experiment(dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir)), run_dir,
+                                 quiet=True)
+                self.exps.append(exp)
+                self.cpu_rng.append((torch.get_rng_state(), np.random.get_state(), random.getstate()))
+                noise = torch.Generator(device=exp.device)
+                noise.set_state(torch.cuda.get_rng_state(exp.device) if exp.device.type == "cuda"
+                                else torch.get_rng_state())
+                self.noise.append(noise)
+                exp.summary_extra["seed_batch"] = (f"seed {s}, trained batched with seeds {self.seeds} in one process "
+                                                   f"(equal to this seed alone up to float rounding)")
+            first = self.exps[0]
+            self.device, self.spec = first.device, first.spec
+            self.env = make_env(cfg.env, S * E, self.device, **cfg.env_kwargs)
+            self.blocks = [slice(b * E, (b + 1) * E) for b in range(S)]
+            self.sync_free = sync_free.decide(self.device)[0]
+            self.env.sync_free = self.sync_free
+            L = first.primary
+            self.buffer = RolloutBuffer(cfg.rollout_length, S * E, self.spec.num_agents, self.spec.obs_dim,
+                                        self.spec.state_dim, *_action_layout(first), 0,
+                                        first.buffer.dist_params.shape[-1], 0, 0, self.device)
+            self.death = L.death
+            self.losses = [LossModules(e.algo) for e in self.exps]
+        except BaseException:
+            for exp in self.exps:  # a failed start holds no run directory
+                exp.logger.close()
+                exp.run_lock.release()
+                exp.claim.undo()
+            raise
+
+    # ------------------------------------------------------------------ stacked parameters
+
+    def _stacked(self, modules: list[nn.Module], grad: bool):
+        params, buffers = stack_module_state(modules)
+        if not grad:
+            params = {k: v.detach() for k, v in params.items()}
+        return params, buffers
+
+    def _call(self, module: nn.Module):
+        """fn(params, buffers, *args) -> module's forward with one seed's parameters (vmapped over seeds)."""
+        def call(params, buffers, *args, **kwargs):
+            return functional_call(module, (params, buffers), args, kwargs)
+        return call
+
+    # ------------------------------------------------------------------ collection
+
+    def _start(self) -> None:
+        self.last = self.env.reset_blocks(self.seeds)
+        for exp, rows in zip(self.exps, self.blocks):
+            exp.last = block_step(self.last, rows)
+            exp.primary.start(exp.last.obs)
+        self.reset_mask = torch.ones(self.env.num_envs, self.spec.num_agents, dtype=torch.bool, device=self.device)
+
+    def _noise(self, shape: tuple) -> torch.Tensor:
+        """[S * E, ...] uniforms (`shape`: one seed's), block b from seed b's generator, as its run alone draws
+        them (`rand_like` in Categorical.sample)."""
+        return torch.cat([torch.rand(shape, generator=g, device=self.device) for g in self.noise])
+
+    @torch.no_grad()
+    def _collect(self) -> None:
+        cfg, S = self.cfg, len(self.seeds)
+        first = self.exps[0]
+        for exp in self.exps:
+            exp.episodes.clear()
+        actor, critic = first.actor, first.critic
+        pa, ba = self._stacked([e.actor for e in self.exps], grad=False)
+        pc, bc = self._stacked([e.critic for e in self.exps], grad=False)
+        act_fn, value_fn = self._call(actor), self._call(critic)
+        A = first.buffer.dist_params.shape[-1]
+
+        def act(pa, ba, pc, bc, obs, state, reset, active, u):  # Learner.policy_forward, one seed
+            out = act_fn(pa, ba, obs, None, None, reset, active=active)
+            actions = out.dist.sample_from(u)
+            values, _ = value_fn(pc, bc, obs, state, None, reset, active=active)
+            return actions, out.dist.log_prob(actions), out.dist.params(), values
+
+        batched_act = vmap(act)
+        batched_value = vmap(lambda pc, bc, obs, state, active: value_fn(pc, bc, obs, state, None, None,
+                                                                        active=active)[0])
+
+        def per_seed(x):  # [S * E, ...] -> [S, E, ...]
+            return x.unflatten(0, (S, cfg.num_envs))
+
+        watch = NonFiniteWatch() if self.sync_free else None
+        bootstrap = cfg.ppo.bootstrap_truncated
+        s = self.last
+        for t in range(cfg.rollout_length):
+            u = self._noise((cfg.num_envs, self.spec.num_agents, A))  # [S * E, N, A]
+            actions, logp, params, values = (x.flatten(0, 1) for x in batched_act(
+                pa, ba, pc, bc, per_seed(s.obs), per_seed(s.state), per_seed(self.reset_mask), per_seed(s.active),
+                per_seed(u)))
+            self.buffer.insert(t, obs=s.obs, state=s.state, available=None, active=s.active, reset=self.reset_mask,
+                               actions=actions, logp=logp, values=values, dist_params=params)
+            nxt = self.env.step(actions)
+            quantities = (("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state))
+            if watch is not None:
+                watch.watch(t, quantities)
+            elif not math.isfinite(float(nxt.reward.sum() + nxt.obs.sum() + nxt.state.sum())):
+                self._raise_nonfinite(*_first_nonfinite(quantities), t)
+            truncated = nxt.final_obs is not None if self.sync_free else bool(nxt.truncated.any())
+            reward, dones = transition_targets(self.death, nxt.reward, nxt.done, s.active,
+                                               nxt.terminated | nxt.truncated)
+            if truncated and bootstrap:
+                v_final = batched_value(pc, bc, per_seed(nxt.final_obs), per_seed(nxt.final_state),
+                                        per_seed(nxt.final_active)).flatten(0, 1)
+                v_final = torch.cat([e.algo.value_norm.denormalize(v_final[rows])
+                                     for e, rows in zip(self.exps, self.blocks)])
+                alive = bootstrap_mask(self.death, nxt.truncated, nxt.final_active)
+                bootstrapped = reward + cfg.ppo.gamma * v_final * alive
+                reward = torch.where(alive > 0, bootstrapped, reward) if self.sync_free else bootstrapped
+            self.buffer.insert(t, rewards=reward, dones=dones)
+            self.reset_mask = dones
+            if nxt.episode_done is not None:
+                for exp, rows in zip(self.exps, self.blocks):
+                    exp.episodes.add(nxt.episode_done[rows], nxt.episode_return[rows],
+                                     {k: v[rows] for k, v in nxt.extras.items()}, None)
+            s = nxt
+        if watch is not None:
+            found = watch.first()
+            if found is not None:
+                t, quantity, index, value, count = found
+                self._raise_nonfinite(quantity, index, value, count, t)
+        self.last = s
+        # each seed's rollout into its own buffer: its returns, mini-batches and statistics are its run's code
+        for exp, rows in zip(self.exps, self.blocks):
+            for name, stacked in vars(self.buffer).items():
+                mine = getattr(exp.buffer, name, None)
+                if isinstance(stacked, torch.Tensor) and stacked.dim() > 1 and isinstance(mine, torch.Tensor):
+                    mine.copy_(stacked[:, rows])
+            exp.last = block_step(s, rows)
+            L = exp.primary
+            L.reset_mask, L.prev_obs = self.reset_mask[rows].clone(), s.obs[rows].clone()
+            last_values, _ = L.critic(exp.last.obs, exp.last.state, None, L.reset_mask, active=exp.last.active)
+            L.algo.compute_returns(L.buffer, last_values)
+
+    def _raise_nonfinite(self, quantity: str, index: list[int], value: float, count: int, t: int):
+        b, E = index[0] // self.cfg.num_envs, self.cfg.num_envs
+        exp = self.exps[b]
+        raise exp._nonfinite(quantity, [index[0] - b * E, *index[1:]], value, count, t)
+
+    # ------------------------------------------------------------------ update
+
+    def _update(self) -> list[dict]:
+        """One PPO update of every seed, mini-batch step by mini-batch step: the seeds' losses in one vmapped call,
+        then each seed's own clipping and Adam step. -> each seed's loss metrics."""
+        p = self.cfg.ppo
+        S = len(self.seeds)
+        algos = [e.algo for e in self.exps]
+        stats = [a.advantage_stats(e.buffer) for a, e in zip(algos, self.exps)]
+        adv_mean = torch.stack([m for m, _ in stats])
+        adv_std = torch.stack([sd for _, sd in stats])
+        loss_fn = self._call(self.losses[0])
+        batched_loss = vmap(loss_fn)
+        sums: list[dict] = [{} for _ in range(S)]
+        n = 0
+        for epoch in range(p.ppo_epoch):
+            batches = [list(e.buffer.minibatches(p.num_mini_batch, e.batch_generator, p.minibatch_over))
+                       for e in self.exps]
+            for minibatch in range(len(batches[0])):
+                batch = {k: torch.stack([b[minibatch][k] for b in batches]) for k in batches[0][minibatch]}
+                params, buffers = stack_module_state(self.losses)
+                actor_loss, value_loss, step_stats = batched_loss(params, buffers, batch, adv_mean, adv_std)
+                (actor_loss + p.value_coef * value_loss).sum().backward()
+                checked, norms = [], []
+                for b, (algo, modules) in enumerate(zip(algos, self.losses)):
+                    for name, param in modules.named_parameters():
+                        param.grad = params[name].grad[b]
+                    if algo.after_backward is not None:
+                        algo.after_backward()
+                    norms.append(algo._clip())
+                    checked.append(torch.stack([actor_loss[b].detach(), value_loss[b].detach(), *norms[b]]))
+                finite = torch.isfinite(torch.stack(checked)).all(1)
+                if not bool(finite.all()):  # one read for every seed
+                    b = int((~finite).nonzero()[0, 0])
+                    raise NonFiniteError(f"{nonfinite_step({k: v[b] for k, v in step_stats.items()}, epoch, minibatch)}"
+                                         f" (seed {self.seeds[b]})")
+                for b, algo in enumerate(algos):
+                    algo._step()
+                    mine = {**{k: v[b] for k, v in step_stats.items()},
+                            "grad_norm_actor": norms[b][0], "grad_norm_critic": norms[b][1]}
+                    for k, v in mine.items():  # summed in step order, as MAPPO.update sums them
+                        sums[b][k] = sums[b].get(k, 0.0) + v.detach()
+                n += 1
+        return [algo._finish_update(exp.buffer, {k: float(v) / n for k, v in sums[b].items()})
+                for b, (algo, exp) in enumerate(zip(algos, self.exps))]
+
+    # ------------------------------------------------------------------ the loop
+
+    def _sync_run_state(self, b: int) -> None:
+        """Seed b's env block, learner state and global generators into its Experiment (its checkpoint reads them)."""
+        exp = self.exps[b]
+        if exp.spec.can_save_state:
+            exp.env.set_state(self.env.block_state(b))
+        cpu, np_state, py_state = self.cpu_rng[b]
+        torch.set_rng_state(self.noise[b].get_state() if self.device.type == "cpu" else cpu)
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(self.noise[b].get_state(), self.device)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+    def run(self) -> list[dict]:
+        stop = self.exps[0].stop
+        with stop.installed(lambda signum: RunInterrupted(f"aborted by a second {signal.Signals(signum).name}; "
+                                                          f"each seed's last checkpoint is unchanged", 128 + signum)):
+            return self._run(stop)
+
+    def _run(self, stop) -> list[dict]:
+        cfg = self.cfg
+        self._start()
+        start = time.perf_counter()
+        eval_stats = [None] * len(self.exps)
+        first = self.exps[0]
+        while first.update < first.updates_total:
+            for exp in self.exps:
+                if cfg.ppo.lr_decay:
+                    exp.algo.set_lr_fraction(1.0 - exp.update / exp.updates_total)
+                exp.actor.eval(), exp.critic.eval()
+            t0 = time.perf_counter()
+            self._collect()
+            eps = [exp._rollout_stats() for exp in self.exps]
+            t1 = time.perf_counter()
+            diag = [{} for _ in self.exps]
+            every = cfg.diagnostics.every
+            diag_due = every and (first.update + 1) % every == 0
+            for b, exp in enumerate(self.exps):
+                L = exp.primary
+                L.actor.train(), L.critic.train()
+                if diag_due:
+                    diag[b] = L.diagnostics.before_update(L.buffer, False)
+                auditing = L.audit is not None and L.updates_done < cfg.diagnostics.audit_updates
+                L.algo.after_backward = L.audit.observe_grads if auditing else None
+            t_update = time.perf_counter()
+            losses = self._update()
+            t2 = time.perf_counter()
+            steps = cfg.rollout_length * cfg.num_envs
+            batch_s = (t1 - t0) + (t2 - t_update)
+            for b, exp in enumerate(self.exps):
+                L = exp.primary
+                if diag_due:
+                    diag[b].update(L.diagnostics.after_update(L.buffer, False))
+                L.updates_done += 1
+                exp.update += 1
+                exp._audit(exp.groups[0], losses[b])
+                row = {"update": exp.update, "env_steps": exp.env_steps, **eps[b],
+                       "train_sps": steps / batch_s, "seed_batch_sps": len(self.exps) * steps / batch_s,
+                       "collect_s": t1 - t0, "update_s": t2 - t_update, **losses[b], **diag[b]}
+                self._sync_run_state(b)
+                eval_stats[b] = exp._log_update(row, start, 0) or eval_stats[b]
+                self.noise_back(b)
+            if not self.quiet:
+                print(f"update {first.update}/{first.updates_total}: env steps {first.env_steps:,} per seed, "
+                      f"{len(self.exps) * steps / batch_s:,.0f} env-steps/s over {len(self.exps)} seeds", flush=True)
+            if stop.received is not None and first.update < first.updates_total:
+                for b, exp in enumerate(self.exps):
+                    if exp.last_checkpoint_update != exp.update:
+                        self._sync_run_state(b)
+                        exp.save_checkpoint()
+                    exp.logger.close()
+                    exp.run_lock.release()
+                name = signal.Signals(stop.received).name
+                raise RunInterrupted(f"interrupted by {name} after update {first.update}; saved a checkpoint of each "
+                                     f"seed; continue each with: hypermappo resume "
+                                     f"{' / '.join(str(e.run_dir) for e in self.exps)}", 128 + stop.received)
+        summaries = []
+        for b, exp in enumerate(self.exps):
+            self._sync_run_state(b)
+            summaries.append(exp._finish_run(start, eval_stats[b]))
+        self.env.close()
+        return summaries
+
+    def noise_back(self, b: int) -> None:
+        """What seed b's evaluation and checkpoint drew from the global generator stays in its own stream."""
+        if self.device.type == "cpu":
+            self.noise[b].set_state(torch.get_rng_state())
+        self.cpu_rng[b] = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+
+
+def _action_layout(exp) -> tuple:
+    buf = exp.buffer
+    return tuple(buf.actions.shape[3:]), buf.actions.dtype
+
+
+def _first_nonfinite(quantities) -> tuple[str, list[int], float, int]:
+    for quantity, x in quantities:
+        bad = ~torch.isfinite(x)
+        if bad.any():
+            index = bad.nonzero()[0].tolist()
+            return quantity, index, x[tuple(index)].item(), int(bad.sum())
+    raise AssertionError("no non-finite value")  # the caller found one
+
+
+def train(cfg, quiet: bool = False) -> list[dict]:
+    return SeedBatch(cfg, quiet).run()

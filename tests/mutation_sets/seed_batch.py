@@ -1,0 +1,36 @@
+"""`seeds=` (seed_batch.py): each seed of a batched run keeps its own env stream, action noise, value normaliser,
+gradients and config, so that it is its run alone."""
+
+T = "tests/test_seed_batch.py::test_each_seed_of_a_batched_run_is_its_run_alone"
+ENV = "tests/test_seed_batch.py::test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws"
+SB = "src/hypermappo/seed_batch.py"
+MPE = "src/hypermappo/envs/mpe_torch.py"
+
+
+def mutations(M):
+    return [
+        M("seed_noise_shared", SB,
+          "torch.rand(shape, generator=g, device=self.device) for g in self.noise",
+          "torch.rand(shape, generator=self.noise[0], device=self.device) for g in self.noise",
+          (T,), "every seed's actions sampled from one seed's noise stream"),
+        M("seed_blocks_share_a_generator", MPE,
+          "torch.rand(*shape, c, generator=g, device=self.device)",
+          "torch.rand(*shape, c, generator=self.blocks[0], device=self.device)",
+          (ENV, T), "the env's blocks draw their starts from one seed's generator"),
+        M("seed_value_norm_shared", SB,
+          "self.value_norm = algo.value_norm if isinstance(algo.value_norm, nn.Module) else None",
+          "self.value_norm = None",
+          (T,), "the batched loss reads the first seed's value normaliser for every seed"),
+        M("seed_gradients_crossed", SB,
+          "param.grad = params[name].grad[b]",
+          "param.grad = params[name].grad[0].clone()",
+          (T,), "each seed steps with the first seed's gradients"),
+        M("seed_config_not_alone", SB,
+          "dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir))",
+          "dataclasses.replace(cfg, seed=s, run_dir=str(run_dir))",
+          (T,), "a seed's config.yaml is the batch's, not its run alone"),
+        M("seed_block_state_main_rng", MPE,
+          '"rng": self.blocks[block].get_state(),',
+          '"rng": self.generator.get_state(),',
+          (ENV,), "a seed's checkpoint holds the env's own generator, not its block's"),
+    ]

@@ -1,0 +1,105 @@
+"""`seeds=` (seed_batch.py): S seeds as one batched run, each seed its own run directory and its run alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+import yaml
+
+from hypermappo.config import build_config
+from hypermappo.envs.mpe_torch import SimpleSpreadVecEnv
+from hypermappo.errors import UserError
+from hypermappo.experiment import Experiment
+from hypermappo.models.distributions import Categorical
+from hypermappo.seed_batch import SeedBatch
+
+KEYS = ["env=mpe:simple_spread", "num_envs=8", "rollout_length=10", "total_env_steps=240", "eval_episodes=3",
+        "ppo.ppo_epoch=2", "ppo.num_mini_batch=2", "log.progress=false", "torch_threads=1"]
+
+
+def rows(path):
+    return list(csv.DictReader(open(path / "metrics.csv")))
+
+
+def test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws():
+    both = SimpleSpreadVecEnv(8)
+    first = both.reset_blocks([3, 7])
+    alone = [SimpleSpreadVecEnv(4), SimpleSpreadVecEnv(4)]
+    starts = [env.reset(seed=s) for env, s in zip(alone, (3, 7))]
+    assert torch.equal(first.obs, torch.cat([s.obs for s in starts]))
+    actions = torch.randint(0, 5, (8, 3), generator=torch.Generator().manual_seed(0))
+    for _ in range(30):  # past the time limit (25): the auto-reset's new starts, block by block
+        joint = both.step(actions)
+        parts = [env.step(a) for env, a in zip(alone, actions.split(4))]
+        assert torch.equal(joint.obs, torch.cat([p.obs for p in parts]))
+    state = both.block_state(1)
+    assert torch.equal(state["rng"], alone[1].generator.get_state())
+    assert torch.equal(state["agent_pos"], alone[1].get_state()["agent_pos"])
+
+
+def test_a_categorical_sample_from_the_uniforms_it_would_draw_is_its_sample():
+    logits = torch.randn(6, 3, 5)
+    torch.manual_seed(4)
+    drawn = Categorical(logits).sample()
+    torch.manual_seed(4)
+    u = torch.rand(6, 3, 5)
+    assert torch.equal(Categorical(logits).sample_from(u), drawn)
+
+
+def test_each_seed_of_a_batched_run_is_its_run_alone(tmp_path):
+    cfg = build_config(overrides=KEYS + ["seeds=[0,5]", f"run_dir={tmp_path / 'batch'}"])
+    summaries = SeedBatch(cfg, quiet=True).run()
+    for seed, summary in zip((0, 5), summaries):
+        alone_dir = tmp_path / f"alone_{seed}"
+        Experiment(build_config(overrides=KEYS + [f"seed={seed}"]), run_dir=alone_dir, quiet=True).run()
+        mine = tmp_path / "batch" / f"seed_{seed}"
+        a, b = rows(alone_dir), rows(mine)
+        assert len(a) == len(b) == 3
+        for ra, rb in zip(a, b):
+            # the same env starts, action noise and mini-batches: the same episodes while the weights agree to
+            # float rounding (3 updates here), and losses equal up to that rounding
+            assert ra["episode_return_mean"] == rb["episode_return_mean"]
+            for k in ("policy_loss", "value_loss", "grad_norm_actor", "grad_norm_critic", "entropy"):
+                assert float(rb[k]) == pytest.approx(float(ra[k]), rel=1e-4, abs=1e-6), k
+        assert summary["eval_return_mean"] == pytest.approx(
+            json.loads((alone_dir / "summary.json").read_text())["eval_return_mean"], rel=1e-4)
+        saved = yaml.safe_load((mine / "config.yaml").read_text())
+        assert saved["seed"] == seed and saved["seeds"] == []  # its config is its run alone
+        assert "seeds [0, 5]" in summary["seed_batch"]
+        assert (mine / "checkpoints").is_dir()
+
+
+def test_a_batched_seed_resumes_alone_from_its_own_checkpoint(tmp_path):
+    from hypermappo.experiment import resume
+
+    cfg = build_config(overrides=KEYS + ["seeds=[1,2]", f"run_dir={tmp_path / 'b'}", "checkpoint_interval=1"])
+    SeedBatch(cfg, quiet=True).run()
+    mine = tmp_path / "b" / "seed_2"
+    (mine / "summary.json").unlink()  # as if killed after its last checkpoint
+    summary = resume(mine, quiet=True)
+    assert summary["env_steps"] == 240
+    sd = torch.load(sorted((mine / "checkpoints").glob("*.pt"))[-1], weights_only=False)
+    alone = SimpleSpreadVecEnv(8)
+    alone.reset(seed=2)  # the checkpoint holds seed 2's own env block: 24 steps of its envs from seed 2's starts
+    assert sd["env_state"]["agent_pos"].shape == alone.get_state()["agent_pos"].shape
+
+
+@pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=hyper", "actor"), ("env=staghunt", "env"),
+                                      ("seeds=[1,1]", "seeds")])
+def test_a_run_the_batched_path_does_not_train_is_refused_naming_the_key(key, bad):
+    with pytest.raises(UserError, match=rf"^{bad}|seeds: .*{bad}"):
+        build_config(overrides=[k for k in KEYS if not k.startswith(key.split("=")[0] + "=")]
+                     + (["seeds=[0,1]"] if not key.startswith("seeds") else []) + [key])
+
+
+def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path):
+    (tmp_path / "b" / "seed_4").mkdir(parents=True)
+    (tmp_path / "b" / "seed_4" / "metrics.csv").write_text("x\n")  # someone else's run
+    cfg = build_config(overrides=KEYS + ["seeds=[3,4]", f"run_dir={tmp_path / 'b'}"])
+    with pytest.raises(UserError):
+        SeedBatch(cfg, quiet=True)
+    assert not (tmp_path / "b" / "seed_3").exists()
+    assert (tmp_path / "b" / "seed_4" / "metrics.csv").exists()
