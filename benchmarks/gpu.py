@@ -20,9 +20,12 @@ in the JSON), never dropped. With the defaults the script ends within about 8 mi
             --seed-processes runs of other seeds started together on the same device (what a sweep with as many
             workers gives today), their env-steps/s summed: how much of the device one host-bound run leaves idle
 
+  batched   `seeds=` (S seeds as one batched run in one process): benchmarks/seed_batch_speed.py at the MAPPO paper's
+            settings, E = 1024 per seed, S = 1 and 10, after the seeds rows (--batched-seeds 0 skips it); written to
+            benchmarks/results/seed_batch_<device>.{json,md}
+
 Aim (the fast-path goals): IPPO >= 0.5x JaxMARL at E = 1024 and 4096, MAPPO >= 2M env-steps/s at E = 8192, 10 seeds
->= 5x one seed's throughput. Batched seeds in one process (`seeds=`) are not built yet; the seeds rows are separate
-processes. `benchmarks/gpu_profile.py` says where one update's time goes (host or device).
+>= 5x one seed's throughput. `benchmarks/gpu_profile.py` says where one update's time goes (host or device).
 
     python benchmarks/gpu.py                      # on the machine with the GPU
     python benchmarks/gpu.py --device cpu --quick # a smoke test of the script itself (E = 16, short rows)
@@ -176,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed-processes", type=int, default=None,
                    help="runs of other seeds started together on the device for the seeds rows (default 10; "
                         "2 with --quick; 0: no seeds rows)")
+    p.add_argument("--batched-seeds", type=int, default=10, help="S of the batched seeds rows (0: none)")
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)
     import torch
@@ -209,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     if processes > 0:  # after the eager rows, before the compiled ones (the slow rows, cut first by --budget)
         at = max(i for i, (_, c, _) in enumerate(plan) if "eager" in c["variant"]) + 1
         plan[at:at] = [("seeds", c, {}) for c in seed_rows(device, args.quick, processes)]
+    batched_done = args.batched_seeds <= 0
     for setting, c, env in plan:
+        if not batched_done and setting != "seeds" and "eager" not in c["variant"]:  # before the compiled rows
+            batched_done = batched_seeds(device, args, left())
         if "group" in c:  # several processes at once (the seeds rows)
             r = (concurrent_seeds(c["group"], warmup, iters, min_s, max_s, min(args.timeout, left())) if left() >= 20
                  else {**c, "skipped": f"not run: the --budget of {args.budget:.0f} s was spent"})
@@ -236,8 +243,24 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  jaxmarl E={e}: {peers[e].get('skipped') or fmt(peers[e]['sps']) + ' env-steps/s'}",
                       flush=True)
                 save()
+    if not batched_done:
+        batched_seeds(device, args, left())
     save(echo=True)
     return 0
+
+
+def batched_seeds(device: str, args, left: float) -> bool:
+    """The batched seeds rows (benchmarks/seed_batch_speed.py), where at least a minute of the budget is left."""
+    if left >= 60:
+        import seed_batch_speed
+
+        seed_batch_speed.main(["--device", device, "--num-envs", "16" if args.quick else "1024",
+                               "--seeds", f"1,{args.batched_seeds}", "--rounds", "1",
+                               "--updates", "4" if args.quick else "6",
+                               "--name", f"seed_batch_{device}" + ("_quick" if args.quick else "")])
+    else:
+        print(f"  batched seeds: not run (the --budget of {args.budget:.0f} s was spent)", flush=True)
+    return True
 
 
 if __name__ == "__main__":

@@ -103,3 +103,19 @@ def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path):
         SeedBatch(cfg, quiet=True)
     assert not (tmp_path / "b" / "seed_3").exists()
     assert (tmp_path / "b" / "seed_4" / "metrics.csv").exists()
+
+
+def test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel(tmp_path):
+    from hypermappo.kernels import act_norm
+
+    # 64 envs x 100 steps x 3 agents = 19,200 rows a mini-batch: the run alone's update takes the C kernel there,
+    # which has no vmap rule; the batched seeds take the composition (the same function up to float rounding)
+    keys = [k for k in KEYS if not k.startswith(("num_envs", "rollout_length", "total_env_steps", "ppo.num_mini"))]
+    keys += ["num_envs=64", "rollout_length=100", "total_env_steps=6400", "ppo.num_mini_batch=1"]
+    assert 64 * 100 * 3 >= act_norm.MIN_ROWS
+    SeedBatch(build_config(overrides=keys + ["seeds=[0,1]", f"run_dir={tmp_path / 'b'}"]), quiet=True).run()
+    Experiment(build_config(overrides=keys + ["seed=1"]), run_dir=tmp_path / "alone", quiet=True).run()
+    a, b = rows(tmp_path / "alone")[0], rows(tmp_path / "b" / "seed_1")[0]
+    assert a["episode_return_mean"] == b["episode_return_mean"]
+    for k in ("policy_loss", "value_loss", "grad_norm_actor"):
+        assert float(b[k]) == pytest.approx(float(a[k]), rel=1e-4, abs=1e-6), k

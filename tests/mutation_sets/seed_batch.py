@@ -5,6 +5,7 @@ T = "tests/test_seed_batch.py::test_each_seed_of_a_batched_run_is_its_run_alone"
 ENV = "tests/test_seed_batch.py::test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws"
 SB = "src/hypermappo/seed_batch.py"
 MPE = "src/hypermappo/envs/mpe_torch.py"
+KERNEL = "tests/test_seed_batch.py::test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel"
 
 
 def mutations(M):
@@ -33,4 +34,7 @@ def mutations(M):
           '"rng": self.blocks[block].get_state(),',
           '"rng": self.generator.get_state(),',
           (ENV,), "a seed's checkpoint holds the env's own generator, not its block's"),
+        M("seed_batch_takes_the_kernel", "src/hypermappo/kernels/act_norm.py",
+          " and not torch._C._functorch.is_batchedtensor(z))", ")",
+          (KERNEL,), "the vmapped networks call the LayerNorm kernel, which has no batching rule"),
     ]

@@ -137,9 +137,10 @@ def status() -> str:
 
 def usable(z: torch.Tensor, act: str) -> bool:
     """Whether LayerNorm(act(z)) takes the kernel (once `unavailable()` said it can): CPU, float32/64, an activation
-    it knows, `MIN_ROWS` rows or more."""
+    it knows, `MIN_ROWS` rows or more, and not inside torch.func.vmap (the kernel has no batching rule: the seeds of
+    a batched run, seed_batch.py, take the composition, the same function up to float rounding)."""
     return (z.device.type == "cpu" and z.dtype in (torch.float32, torch.float64) and act in ACTS
-            and z.numel() >= MIN_ROWS * z.shape[-1])
+            and z.numel() >= MIN_ROWS * z.shape[-1] and not torch._C._functorch.is_batchedtensor(z))
 
 
 def act_norm(z: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, act: str, eps: float) -> torch.Tensor:
