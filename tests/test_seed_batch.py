@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 
 import pytest
 import torch
@@ -49,42 +48,70 @@ def test_a_categorical_sample_from_the_uniforms_it_would_draw_is_its_sample():
     assert torch.equal(Categorical(logits).sample_from(u), drawn)
 
 
-def test_each_seed_of_a_batched_run_is_its_run_alone(tmp_path):
-    cfg = build_config(overrides=KEYS + ["seeds=[0,5]", f"run_dir={tmp_path / 'batch'}"])
+TIMES = {"train_sps", "seed_batch_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}
+
+
+def alone_and_batched(tmp_path, seeds):
+    """Each seed trained alone, and all of them as one batched run -> [(alone's rows, batched rows, alone's
+    summary, batched summary, the batched run directory)] per seed."""
+    cfg = build_config(overrides=KEYS + [f"seeds={list(seeds)}".replace(" ", ""), f"run_dir={tmp_path / 'batch'}"])
     summaries = SeedBatch(cfg, quiet=True).run()
-    for seed, summary in zip((0, 5), summaries):
+    out = []
+    for seed, summary in zip(seeds, summaries):
         alone_dir = tmp_path / f"alone_{seed}"
-        Experiment(build_config(overrides=KEYS + [f"seed={seed}"]), run_dir=alone_dir, quiet=True).run()
+        alone = Experiment(build_config(overrides=KEYS + [f"seed={seed}"]), run_dir=alone_dir, quiet=True).run()
         mine = tmp_path / "batch" / f"seed_{seed}"
-        a, b = rows(alone_dir), rows(mine)
+        out.append((rows(alone_dir), rows(mine), alone, summary, mine))
+    return out
+
+
+def test_on_a_cpu_each_seed_of_a_batched_run_is_its_run_alone_to_the_bit(tmp_path):
+    for seed, (a, b, alone, summary, mine) in zip((0, 5), alone_and_batched(tmp_path, (0, 5))):
         assert len(a) == len(b) == 3
+        for ra, rb in zip(a, b):  # every figure but the timings, diagnostics and evaluation included
+            assert {k: v for k, v in ra.items() if k not in TIMES} == \
+                {k: v for k, v in rb.items() if k not in TIMES | {"seed_batch_sps"}}
+        assert summary["eval_return_mean"] == alone["eval_return_mean"]
+        saved = yaml.safe_load((mine / "config.yaml").read_text())
+        assert saved["seed"] == seed and saved["seeds"] == [] and saved["ppo"]["compile"] == "off"  # its run alone
+        assert "seeds [0, 5]" in summary["seed_batch"] and "in turn" in summary["seed_batch_networks"]
+
+
+def test_batched_networks_train_each_seed_as_alone_up_to_float_rounding(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYPERMAPPO_SEED_BATCH", "batched")  # the GPU's default: one vmapped call for every seed
+    for a, b, alone, summary, _ in alone_and_batched(tmp_path, (0, 5)):
+        assert "batched" in summary["seed_batch_networks"]
         for ra, rb in zip(a, b):
             # the same env starts, action noise and mini-batches: the same episodes while the weights agree to
             # float rounding (3 updates here), and losses equal up to that rounding
             assert ra["episode_return_mean"] == rb["episode_return_mean"]
             for k in ("policy_loss", "value_loss", "grad_norm_actor", "grad_norm_critic", "entropy"):
                 assert float(rb[k]) == pytest.approx(float(ra[k]), rel=1e-4, abs=1e-6), k
-        assert summary["eval_return_mean"] == pytest.approx(
-            json.loads((alone_dir / "summary.json").read_text())["eval_return_mean"], rel=1e-4)
-        saved = yaml.safe_load((mine / "config.yaml").read_text())
-        assert saved["seed"] == seed and saved["seeds"] == []  # its config is its run alone
-        assert "seeds [0, 5]" in summary["seed_batch"]
-        assert (mine / "checkpoints").is_dir()
+        assert summary["eval_return_mean"] == pytest.approx(alone["eval_return_mean"], rel=1e-4)
 
 
-def test_a_batched_seed_resumes_alone_from_its_own_checkpoint(tmp_path):
+def test_a_batched_seed_checkpoints_what_its_run_alone_holds_and_resumes_alone(tmp_path):
     from hypermappo.experiment import resume
 
     cfg = build_config(overrides=KEYS + ["seeds=[1,2]", f"run_dir={tmp_path / 'b'}", "checkpoint_interval=1"])
     SeedBatch(cfg, quiet=True).run()
     mine = tmp_path / "b" / "seed_2"
+    # its checkpoints hold what seed 2 alone holds after the same updates: its env block (positions, step counts,
+    # generator), its action-noise stream (the global generator) and its mini-batch generator
+    Experiment(build_config(overrides=KEYS + ["seed=2", "checkpoint_interval=1"]), run_dir=tmp_path / "alone",
+               quiet=True).run()
+    for update in (2, 3):  # the two the rotation keeps
+        a, b = (torch.load(d / "checkpoints" / f"ckpt_{update:07d}.pt", weights_only=False)
+                for d in (tmp_path / "alone", mine))
+        for k in ("agent_pos", "landmark_pos", "t", "rng"):
+            assert torch.equal(a["env_state"][k], b["env_state"][k]), k
+        assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+        assert torch.equal(a["rng"]["batch"], b["rng"]["batch"])
+        assert torch.equal(a["last_step"].obs, b["last_step"].obs)
+    with pytest.raises(UserError, match=r"holds the runs of a seeds= batch \(seed_1, seed_2\).*seed_1"):
+        resume(tmp_path / "b")  # the batch's parent directory is no run: the error names the seeds' own
     (mine / "summary.json").unlink()  # as if killed after its last checkpoint
-    summary = resume(mine, quiet=True)
-    assert summary["env_steps"] == 240
-    sd = torch.load(sorted((mine / "checkpoints").glob("*.pt"))[-1], weights_only=False)
-    alone = SimpleSpreadVecEnv(8)
-    alone.reset(seed=2)  # the checkpoint holds seed 2's own env block: 24 steps of its envs from seed 2's starts
-    assert sd["env_state"]["agent_pos"].shape == alone.get_state()["agent_pos"].shape
+    assert resume(mine, quiet=True)["env_steps"] == 240  # continued alone
 
 
 @pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=hyper", "actor"), ("env=staghunt", "env"),
@@ -105,8 +132,10 @@ def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path):
     assert (tmp_path / "b" / "seed_4" / "metrics.csv").exists()
 
 
-def test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel(tmp_path):
+def test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel(tmp_path, monkeypatch):
     from hypermappo.kernels import act_norm
+
+    monkeypatch.setenv("HYPERMAPPO_SEED_BATCH", "batched")
 
     # 64 envs x 100 steps x 3 agents = 19,200 rows a mini-batch: the run alone's update takes the C kernel there,
     # which has no vmap rule; the batched seeds take the composition (the same function up to float rounding)

@@ -927,6 +927,10 @@ def from_run_dir(run_dir: Path) -> Config:
     """The effective config a run wrote to RUN_DIR/config.yaml."""
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
+        seeds = sorted(d.name for d in Path(run_dir).glob("seed_*") if (d / "config.yaml").exists())
+        if seeds:  # the parent of a `seeds=` run: one run directory per seed below it
+            raise UserError(f"{run_dir}: holds the runs of a seeds= batch ({', '.join(seeds)}), one run directory "
+                            f"each; name one of them, e.g. {Path(run_dir) / seeds[0]}")
         raise UserError(f"{run_dir}: no config.yaml here; is this a hypermappo run directory?")
     cfg = Config()
     apply_dict(cfg, load_yaml(path))

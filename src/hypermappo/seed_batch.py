@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import signal
 import time
@@ -37,7 +38,7 @@ from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
 from hypermappo.errors import NonFiniteError, RunInterrupted, UserError
 from hypermappo.experiment import Experiment, default_run_dir
-from hypermappo.runtime import sync_free
+from hypermappo.runtime import progress, sync_free
 from hypermappo.runtime.nonfinite_watch import NonFiniteWatch
 from hypermappo.storage.rollout import RolloutBuffer
 
@@ -88,16 +89,16 @@ class SeedBatch:
         self.cpu_rng, self.noise = [], []  # per seed: the global generators' states its run alone would hold
         try:
             for s, run_dir in zip(self.seeds, run_dirs(cfg)):
-                exp = Experiment(dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir)), run_dir,
-                                 quiet=True)
+                alone = dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir),
+                                            ppo=dataclasses.replace(cfg.ppo, compile="off"))  # what runs: eager
+                exp = Experiment(alone, run_dir, quiet=True)
                 self.exps.append(exp)
                 self.cpu_rng.append((torch.get_rng_state(), np.random.get_state(), random.getstate()))
                 noise = torch.Generator(device=exp.device)
                 noise.set_state(torch.cuda.get_rng_state(exp.device) if exp.device.type == "cuda"
                                 else torch.get_rng_state())
                 self.noise.append(noise)
-                exp.summary_extra["seed_batch"] = (f"seed {s}, trained batched with seeds {self.seeds} in one process "
-                                                   f"(equal to this seed alone up to float rounding)")
+                exp.summary_extra["seed_batch"] = f"seed {s}, trained batched with seeds {self.seeds} in one process"
             first = self.exps[0]
             self.device, self.spec = first.device, first.spec
             self.env = make_env(cfg.env, S * E, self.device, **cfg.env_kwargs)
@@ -110,6 +111,9 @@ class SeedBatch:
                                         first.buffer.dist_params.shape[-1], 0, 0, self.device)
             self.death = L.death
             self.losses = [LossModules(e.algo) for e in self.exps]
+            self.batched, note = batch_mode(self.device)
+            for exp in self.exps:
+                exp.summary_extra["seed_batch_networks"] = note
         except BaseException:
             for exp in self.exps:  # a failed start holds no run directory
                 exp.logger.close()
@@ -147,37 +151,19 @@ class SeedBatch:
 
     @torch.no_grad()
     def _collect(self) -> None:
-        cfg, S = self.cfg, len(self.seeds)
+        cfg = self.cfg
         first = self.exps[0]
         for exp in self.exps:
             exp.episodes.clear()
-        actor, critic = first.actor, first.critic
-        pa, ba = self._stacked([e.actor for e in self.exps], grad=False)
-        pc, bc = self._stacked([e.critic for e in self.exps], grad=False)
-        act_fn, value_fn = self._call(actor), self._call(critic)
         A = first.buffer.dist_params.shape[-1]
-
-        def act(pa, ba, pc, bc, obs, state, reset, active, u):  # Learner.policy_forward, one seed
-            out = act_fn(pa, ba, obs, None, None, reset, active=active)
-            actions = out.dist.sample_from(u)
-            values, _ = value_fn(pc, bc, obs, state, None, reset, active=active)
-            return actions, out.dist.log_prob(actions), out.dist.params(), values
-
-        batched_act = vmap(act)
-        batched_value = vmap(lambda pc, bc, obs, state, active: value_fn(pc, bc, obs, state, None, None,
-                                                                        active=active)[0])
-
-        def per_seed(x):  # [S * E, ...] -> [S, E, ...]
-            return x.unflatten(0, (S, cfg.num_envs))
+        forward, final_values = self._batched_forwards() if self.batched else self._forwards_in_turn()
 
         watch = NonFiniteWatch() if self.sync_free else None
         bootstrap = cfg.ppo.bootstrap_truncated
         s = self.last
         for t in range(cfg.rollout_length):
             u = self._noise((cfg.num_envs, self.spec.num_agents, A))  # [S * E, N, A]
-            actions, logp, params, values = (x.flatten(0, 1) for x in batched_act(
-                pa, ba, pc, bc, per_seed(s.obs), per_seed(s.state), per_seed(self.reset_mask), per_seed(s.active),
-                per_seed(u)))
+            actions, logp, params, values = forward(s, u)
             self.buffer.insert(t, obs=s.obs, state=s.state, available=None, active=s.active, reset=self.reset_mask,
                                actions=actions, logp=logp, values=values, dist_params=params)
             nxt = self.env.step(actions)
@@ -190,8 +176,7 @@ class SeedBatch:
             reward, dones = transition_targets(self.death, nxt.reward, nxt.done, s.active,
                                                nxt.terminated | nxt.truncated)
             if truncated and bootstrap:
-                v_final = batched_value(pc, bc, per_seed(nxt.final_obs), per_seed(nxt.final_state),
-                                        per_seed(nxt.final_active)).flatten(0, 1)
+                v_final = final_values(nxt)
                 v_final = torch.cat([e.algo.value_norm.denormalize(v_final[rows])
                                      for e, rows in zip(self.exps, self.blocks)])
                 alive = bootstrap_mask(self.death, nxt.truncated, nxt.final_active)
@@ -222,6 +207,57 @@ class SeedBatch:
             last_values, _ = L.critic(exp.last.obs, exp.last.state, None, L.reset_mask, active=exp.last.active)
             L.algo.compute_returns(L.buffer, last_values)
 
+    def _batched_forwards(self):
+        """(forward(step, noise) -> actions, log-probs, policy parameters, values; final_values(step) -> values) for
+        every seed at once: actor and critic vmapped over the seeds' stacked parameters."""
+        S, E = len(self.seeds), self.cfg.num_envs
+        pa, ba = self._stacked([e.actor for e in self.exps], grad=False)
+        pc, bc = self._stacked([e.critic for e in self.exps], grad=False)
+        act_fn, value_fn = self._call(self.exps[0].actor), self._call(self.exps[0].critic)
+
+        def act(pa, ba, pc, bc, obs, state, reset, active, u):  # Learner.policy_forward, one seed
+            out = act_fn(pa, ba, obs, None, None, reset, active=active)
+            actions = out.dist.sample_from(u)
+            values, _ = value_fn(pc, bc, obs, state, None, reset, active=active)
+            return actions, out.dist.log_prob(actions), out.dist.params(), values
+
+        batched_act = vmap(act)
+        batched_value = vmap(lambda pc, bc, obs, state, active: value_fn(pc, bc, obs, state, None, None,
+                                                                        active=active)[0])
+
+        def per_seed(x):  # [S * E, ...] -> [S, E, ...]
+            return x.unflatten(0, (S, E))
+
+        def forward(s, u):
+            return tuple(x.flatten(0, 1) for x in batched_act(pa, ba, pc, bc, per_seed(s.obs), per_seed(s.state),
+                                                              per_seed(self.reset_mask), per_seed(s.active),
+                                                              per_seed(u)))
+
+        def final_values(nxt):
+            return batched_value(pc, bc, per_seed(nxt.final_obs), per_seed(nxt.final_state),
+                                 per_seed(nxt.final_active)).flatten(0, 1)
+
+        return forward, final_values
+
+    def _forwards_in_turn(self):
+        """As `_batched_forwards`, each seed's actor and critic called on its own block in turn (Learner's calls)."""
+        def forward(s, u):
+            parts = []
+            for exp, rows in zip(self.exps, self.blocks):
+                obs, reset, active = s.obs[rows], self.reset_mask[rows], s.active[rows]
+                out = exp.actor(obs, None, None, reset, active=active)
+                actions = out.dist.sample_from(u[rows])
+                values, _ = exp.critic(obs, s.state[rows], None, reset, active=active)
+                parts.append((actions, out.dist.log_prob(actions), out.dist.params(), values))
+            return tuple(torch.cat(x) for x in zip(*parts))
+
+        def final_values(nxt):
+            return torch.cat([exp.critic(nxt.final_obs[rows], nxt.final_state[rows], None, None,
+                                         active=nxt.final_active[rows])[0]
+                              for exp, rows in zip(self.exps, self.blocks)])
+
+        return forward, final_values
+
     def _raise_nonfinite(self, quantity: str, index: list[int], value: float, count: int, t: int):
         b, E = index[0] // self.cfg.num_envs, self.cfg.num_envs
         exp = self.exps[b]
@@ -230,8 +266,22 @@ class SeedBatch:
     # ------------------------------------------------------------------ update
 
     def _update(self) -> list[dict]:
-        """One PPO update of every seed, mini-batch step by mini-batch step: the seeds' losses in one vmapped call,
-        then each seed's own clipping and Adam step. -> each seed's loss metrics."""
+        """One PPO update of every seed -> each seed's loss metrics: each seed's own update in turn (its run alone's
+        code), or batched (`update_mode`)."""
+        if self.batched:
+            return self._update_batched()
+        out = []
+        for exp in self.exps:
+            try:
+                out.append(exp.algo.update(exp.buffer, exp.batch_generator))
+            except NonFiniteError as e:
+                raise NonFiniteError(f"{e} of update {exp.update + 1} (env step {exp.env_steps:,}) on env "
+                                     f"{self.cfg.env!r} (seed {exp.cfg.seed})") from None
+        return out
+
+    def _update_batched(self) -> list[dict]:
+        """`_update` mini-batch step by mini-batch step: the seeds' losses in one vmapped call, then each seed's own
+        clipping and Adam step."""
         p = self.cfg.ppo
         S = len(self.seeds)
         algos = [e.algo for e in self.exps]
@@ -336,9 +386,12 @@ class SeedBatch:
                 self._sync_run_state(b)
                 eval_stats[b] = exp._log_update(row, start, 0) or eval_stats[b]
                 self.noise_back(b)
-            if not self.quiet:
-                print(f"update {first.update}/{first.updates_total}: env steps {first.env_steps:,} per seed, "
-                      f"{len(self.exps) * steps / batch_s:,.0f} env-steps/s over {len(self.exps)} seeds", flush=True)
+            if not self.quiet and cfg.log.progress:  # one line for the batch: seed 0's returns, all seeds' steps/s
+                S = len(self.exps)
+                progress.show(progress.progress_line(S * first.env_steps, S * first.updates_total * steps,
+                                                     S * first.env_steps / max(time.perf_counter() - start, 1e-9),
+                                                     first.recent_returns, eval_stats[0] and
+                                                     eval_stats[0]["return_mean"]) + f"  ({S} seeds)")
             if stop.received is not None and first.update < first.updates_total:
                 for b, exp in enumerate(self.exps):
                     if exp.last_checkpoint_update != exp.update:
@@ -350,6 +403,8 @@ class SeedBatch:
                 raise RunInterrupted(f"interrupted by {name} after update {first.update}; saved a checkpoint of each "
                                      f"seed; continue each with: hypermappo resume "
                                      f"{' / '.join(str(e.run_dir) for e in self.exps)}", 128 + stop.received)
+        if not self.quiet and cfg.log.progress:
+            progress.end_line()
         summaries = []
         for b, exp in enumerate(self.exps):
             self._sync_run_state(b)
@@ -362,6 +417,27 @@ class SeedBatch:
         if self.device.type == "cpu":
             self.noise[b].set_state(torch.get_rng_state())
         self.cpu_rng[b] = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+
+
+BATCH_VAR = "HYPERMAPPO_SEED_BATCH"
+
+
+def batch_mode(device) -> tuple[bool, str]:
+    """(batched, the summary's words): the seeds' actors and critics called once for all seeds (vmapped over their
+    stacked parameters, in collection and in the update's mini-batch steps), or each seed's in turn.
+
+    auto: in turn on a CPU, where each seed is then its run alone to the bit (its update is the run alone's code, C
+    kernels and micro-batches included; the env is batched either way) and no slower: 2-core AMD EPYC, MPE
+    simple_spread at the paper's settings, E = 256, 4 seeds, the vmapped update took 3.6 s where four updates in turn
+    took 2.3 s (benchmarks/results/seed_batch_cpu.md); batched on a GPU, where one call for S seeds saves S - 1 calls'
+    kernel launches, and runs equal their runs alone up to float rounding (a batched product adds in another order)."""
+    flag = os.environ.get(BATCH_VAR, "auto")
+    if flag not in ("auto", "batched", "each"):
+        raise UserError(f"{BATCH_VAR}={flag!r}: expected auto, batched or each")
+    batched = flag == "batched" or (flag == "auto" and device.type != "cpu")
+    how = "batched: one vmapped actor and critic call for every seed" if batched else \
+        "each seed's actor, critic and update in turn (each seed its run alone to the bit)"
+    return batched, f"{how} ({BATCH_VAR}={flag}, device {device.type})"
 
 
 def _action_layout(exp) -> tuple:

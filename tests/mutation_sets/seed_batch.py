@@ -1,7 +1,8 @@
 """`seeds=` (seed_batch.py): each seed of a batched run keeps its own env stream, action noise, value normaliser,
 gradients and config, so that it is its run alone."""
 
-T = "tests/test_seed_batch.py::test_each_seed_of_a_batched_run_is_its_run_alone"
+T = "tests/test_seed_batch.py::test_on_a_cpu_each_seed_of_a_batched_run_is_its_run_alone_to_the_bit"
+B = "tests/test_seed_batch.py::test_batched_networks_train_each_seed_as_alone_up_to_float_rounding"
 ENV = "tests/test_seed_batch.py::test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws"
 SB = "src/hypermappo/seed_batch.py"
 MPE = "src/hypermappo/envs/mpe_torch.py"
@@ -13,7 +14,7 @@ def mutations(M):
         M("seed_noise_shared", SB,
           "torch.rand(shape, generator=g, device=self.device) for g in self.noise",
           "torch.rand(shape, generator=self.noise[0], device=self.device) for g in self.noise",
-          (T,), "every seed's actions sampled from one seed's noise stream"),
+          (T, B), "every seed's actions sampled from one seed's noise stream"),
         M("seed_blocks_share_a_generator", MPE,
           "torch.rand(*shape, c, generator=g, device=self.device)",
           "torch.rand(*shape, c, generator=self.blocks[0], device=self.device)",
@@ -21,19 +22,23 @@ def mutations(M):
         M("seed_value_norm_shared", SB,
           "self.value_norm = algo.value_norm if isinstance(algo.value_norm, nn.Module) else None",
           "self.value_norm = None",
-          (T,), "the batched loss reads the first seed's value normaliser for every seed"),
+          (B,), "the batched loss reads the first seed's value normaliser for every seed"),
         M("seed_gradients_crossed", SB,
           "param.grad = params[name].grad[b]",
           "param.grad = params[name].grad[0].clone()",
-          (T,), "each seed steps with the first seed's gradients"),
+          (B,), "each seed steps with the first seed's gradients"),
         M("seed_config_not_alone", SB,
-          "dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir))",
-          "dataclasses.replace(cfg, seed=s, run_dir=str(run_dir))",
+          "dataclasses.replace(cfg, seed=s, seeds=[], run_dir=str(run_dir),",
+          "dataclasses.replace(cfg, seed=s, run_dir=str(run_dir),",
           (T,), "a seed's config.yaml is the batch's, not its run alone"),
         M("seed_block_state_main_rng", MPE,
           '"rng": self.blocks[block].get_state(),',
           '"rng": self.generator.get_state(),',
           (ENV,), "a seed's checkpoint holds the env's own generator, not its block's"),
+        M("seed_forwards_crossed", SB,
+          "out = exp.actor(obs, None, None, reset, active=active)",
+          "out = self.exps[0].actor(obs, None, None, reset, active=active)",
+          (T,), "every seed's actions come from the first seed's actor"),
         M("seed_batch_takes_the_kernel", "src/hypermappo/kernels/act_norm.py",
           " and not torch._C._functorch.is_batchedtensor(z))", ")",
           (KERNEL,), "the vmapped networks call the LayerNorm kernel, which has no batching rule"),
