@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import subprocess
 import sys
@@ -30,21 +31,22 @@ PAPER = ["ppo.ppo_epoch=10", "ppo.num_mini_batch=1", "rollout_length=25", "eval_
          "diagnostics.every=0", "diagnostics.audit_updates=0", "ppo.compile=off"]
 
 
-def one_run(device: str, e: int, s: int, updates: int, threads: int, work: Path) -> dict:
-    """A training run of S seeds batched (S = 1: the seed alone, a plain run) -> its measured figures."""
+def one_run(device: str, e: int, s: int, updates: int, threads: int, work: Path, mode: str = "auto") -> dict:
+    """A training run of S seeds batched (S = 1: the seed alone, a plain run; `mode`: HYPERMAPPO_SEED_BATCH, how
+    the seeds' networks are called) -> its measured figures."""
     run_dir = work / f"e{e}_s{s}_{time.monotonic_ns()}"
     keys = [*PAPER, f"device={device}", f"num_envs={e}", f"total_env_steps={updates * 25 * e}",
             f"torch_threads={threads}", f"run_dir={run_dir}"]
     keys += [f"seeds=[{','.join(map(str, range(s)))}]"] if s > 1 else ["seed=0"]
     cmd = [sys.executable, "-m", "hypermappo.cli", "train", "mpe/simple_spread", *keys, "--quiet"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HYPERMAPPO_SEED_BATCH": mode})
     if done.returncode:
         raise SystemExit(f"seed_batch_speed.py: {' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     metrics = run_dir / ("seed_0" if s > 1 else "") / "metrics.csv"
     rows = list(csv.DictReader(open(metrics)))[2:]  # warm-up: the first two updates
     per_update = statistics.median(float(r["collect_s"]) + float(r["update_s"]) for r in rows)
-    return {"num_envs": e, "seeds": s, "sps": s * 25 * e / per_update, "update_wall_s": per_update,
-            "timed_updates": len(rows)}
+    return {"num_envs": e, "seeds": s, "mode": mode if s > 1 else "alone", "sps": s * 25 * e / per_update,
+            "update_wall_s": per_update, "timed_updates": len(rows)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,18 +57,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=8)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="torch threads per run (0: the library's default)")
+    p.add_argument("--modes", default="auto", help="HYPERMAPPO_SEED_BATCH values for the S > 1 rows, comma-separated "
+                                                   "(auto, batched, each)")
     p.add_argument("--name", default=None)
     args = p.parse_args(argv)
     envs = [int(x) for x in args.num_envs.split(",")]
     counts = [int(x) for x in args.seeds.split(",")]
-    results: dict[tuple[int, int], list[dict]] = {}
+    modes = args.modes.split(",")
+    cases = [(s, "alone") if s == 1 else (s, m) for s in counts for m in (["alone"] if s == 1 else modes)]
+    results: dict[tuple[int, int, str], list[dict]] = {}
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.rounds):
             for e in envs:
-                for s in (counts if r % 2 == 0 else counts[::-1]):
-                    row = one_run(args.device, e, s, args.updates, args.threads, Path(work))
-                    results.setdefault((e, s), []).append(row)
-                    print(f"  round {r + 1}: E={e} S={s}: {fmt(row['sps'])} env-steps/s", flush=True)
+                for s, mode in (cases if r % 2 == 0 else cases[::-1]):
+                    row = one_run(args.device, e, s, args.updates, args.threads, Path(work),
+                                  "auto" if mode == "alone" else mode)
+                    results.setdefault((e, s, mode), []).append(row)
+                    print(f"  round {r + 1}: E={e} S={s} {mode}: {fmt(row['sps'])} env-steps/s", flush=True)
     meta = {**machine(), "device": args.device, "updates": args.updates, "rounds": args.rounds,
             "command": " ".join(["python", "benchmarks/seed_batch_speed.py", *(sys.argv[1:] if argv is None else argv)])}
     lines = [f"### `seeds=`: S seeds batched in one process beside one seed alone ({args.device}; {meta['cpu']}, "
@@ -74,15 +81,17 @@ def main(argv: list[str] | None = None) -> int:
              "MPE simple_spread, MAPPO paper settings (T = 25, 10 epochs, 1 mini-batch, 64x64), eager; env-steps/s of "
              "all S seeds together (median over rounds), and their ratio to one seed alone measured in the same "
              "rounds (median [range]).", "",
-             "| E per seed | S | env-steps/s | x one seed alone |", "|---|---|---|---|"]
+             "Networks: `HYPERMAPPO_SEED_BATCH` (auto: each seed's actor, critic and update in turn on a CPU, vmapped "
+             "over the seeds on a GPU; batched: vmapped; each: in turn); the env is one batched env either way.", "",
+             "| E per seed | S | networks | env-steps/s | x one seed alone |", "|---|---|---|---|---|"]
     for e in envs:
-        base = results.get((e, 1))
-        for s in counts:
-            rows = results[(e, s)]
+        base = results.get((e, 1, "alone"))
+        for s, mode in cases:
+            rows = results[(e, s, mode)]
             sps = statistics.median(x["sps"] for x in rows)
-            ratio = span([x["sps"] / b["sps"] for x, b in zip(rows, base)]) if base and s != 1 else "1 (itself)" \
-                if s == 1 else "n/a"
-            lines.append(f"| {e} | {s} | {fmt(sps)} | {ratio} |")
+            ratio = "1 (itself)" if s == 1 else span([x["sps"] / b["sps"] for x, b in zip(rows, base)]) if base \
+                else "n/a"
+            lines.append(f"| {e} | {s} | {mode} | {fmt(sps)} | {ratio} |")
     lines += ["", f"Command: `{meta['command']}`; {meta['date']}."]
     data = {"meta": meta, "rows": [x for rows in results.values() for x in rows]}
     write_results(args.name or f"seed_batch_{args.device}", data, "\n".join(lines) + "\n")

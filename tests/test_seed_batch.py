@@ -51,22 +51,27 @@ def test_a_categorical_sample_from_the_uniforms_it_would_draw_is_its_sample():
 TIMES = {"train_sps", "seed_batch_sps", "collect_s", "update_s", "diagnostics_s", "wall_s"}
 
 
-def alone_and_batched(tmp_path, seeds):
+def alone_and_batched(tmp_path, seeds, extra=()):
     """Each seed trained alone, and all of them as one batched run -> [(alone's rows, batched rows, alone's
     summary, batched summary, the batched run directory)] per seed."""
-    cfg = build_config(overrides=KEYS + [f"seeds={list(seeds)}".replace(" ", ""), f"run_dir={tmp_path / 'batch'}"])
+    keys = KEYS + list(extra)
+    cfg = build_config(overrides=keys + [f"seeds={list(seeds)}".replace(" ", ""), f"run_dir={tmp_path / 'batch'}"])
     summaries = SeedBatch(cfg, quiet=True).run()
     out = []
     for seed, summary in zip(seeds, summaries):
         alone_dir = tmp_path / f"alone_{seed}"
-        alone = Experiment(build_config(overrides=KEYS + [f"seed={seed}"]), run_dir=alone_dir, quiet=True).run()
+        alone = Experiment(build_config(overrides=keys + [f"seed={seed}"]), run_dir=alone_dir, quiet=True).run()
         mine = tmp_path / "batch" / f"seed_{seed}"
         out.append((rows(alone_dir), rows(mine), alone, summary, mine))
     return out
 
 
-def test_on_a_cpu_each_seed_of_a_batched_run_is_its_run_alone_to_the_bit(tmp_path):
-    for seed, (a, b, alone, summary, mine) in zip((0, 5), alone_and_batched(tmp_path, (0, 5))):
+# the mlp actor, and Hyper-MAPPO with an observation context, its smoothness term (the previous observation) and a
+# target hypernetwork
+@pytest.mark.parametrize("extra", [(), ("actor=hyper", "hyper.context=[agent_id,obs]", "hyper.alpha=0.1",
+                                        "hyper.target=polyak")], ids=["mlp", "hyper"])
+def test_on_a_cpu_each_seed_of_a_batched_run_is_its_run_alone_to_the_bit(tmp_path, extra):
+    for seed, (a, b, alone, summary, mine) in zip((0, 5), alone_and_batched(tmp_path, (0, 5), extra)):
         assert len(a) == len(b) == 3
         for ra, rb in zip(a, b):  # every figure but the timings, diagnostics and evaluation included
             assert {k: v for k, v in ra.items() if k not in TIMES} == \
@@ -108,13 +113,14 @@ def test_a_batched_seed_checkpoints_what_its_run_alone_holds_and_resumes_alone(t
         assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
         assert torch.equal(a["rng"]["batch"], b["rng"]["batch"])
         assert torch.equal(a["last_step"].obs, b["last_step"].obs)
+        assert torch.equal(a["prev_obs"], b["prev_obs"]) and torch.equal(a["reset_mask"], b["reset_mask"])
     with pytest.raises(UserError, match=r"holds the runs of a seeds= batch \(seed_1, seed_2\).*seed_1"):
         resume(tmp_path / "b")  # the batch's parent directory is no run: the error names the seeds' own
     (mine / "summary.json").unlink()  # as if killed after its last checkpoint
     assert resume(mine, quiet=True)["env_steps"] == 240  # continued alone
 
 
-@pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=hyper", "actor"), ("env=staghunt", "env"),
+@pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=rnn", "actor"), ("env=staghunt", "env"),
                                       ("seeds=[1,1]", "seeds")])
 def test_a_run_the_batched_path_does_not_train_is_refused_naming_the_key(key, bad):
     with pytest.raises(UserError, match=rf"^{bad}|seeds: .*{bad}"):
@@ -122,7 +128,7 @@ def test_a_run_the_batched_path_does_not_train_is_refused_naming_the_key(key, ba
                      + (["seeds=[0,1]"] if not key.startswith("seeds") else []) + [key])
 
 
-def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path):
+def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path, monkeypatch):
     (tmp_path / "b" / "seed_4").mkdir(parents=True)
     (tmp_path / "b" / "seed_4" / "metrics.csv").write_text("x\n")  # someone else's run
     cfg = build_config(overrides=KEYS + ["seeds=[3,4]", f"run_dir={tmp_path / 'b'}"])
@@ -130,6 +136,12 @@ def test_a_batch_that_cannot_start_leaves_no_run_directory(tmp_path):
         SeedBatch(cfg, quiet=True)
     assert not (tmp_path / "b" / "seed_3").exists()
     assert (tmp_path / "b" / "seed_4" / "metrics.csv").exists()
+    # a batch that fails after every seed's run was built takes back their directories and the parent it made
+    monkeypatch.setattr("hypermappo.seed_batch.RolloutBuffer", None)
+    cfg = build_config(overrides=KEYS + ["seeds=[3,4]", f"run_dir={tmp_path / 'new' / 'b'}"])
+    with pytest.raises(TypeError):
+        SeedBatch(cfg, quiet=True)
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel(tmp_path, monkeypatch):

@@ -342,10 +342,10 @@ class Config:
     # the names of models/actor.py's ACTORS (tests/test_layers.py checks they agree; config imports no model)
     actor: str = opt("mlp", "actor architecture", choices=["mlp", "rnn", "hyper"])
     seed: int = opt(0, "seed of every random source in the run", min=0)
-    seeds: list[int] = opt([], "train these seeds as one batched run in this process (networks stacked, one env of "
-                               "num_envs envs per seed), each into its own run directory RUN_DIR/seed_<s> and equal "
-                               "to that seed run alone up to float rounding; empty = the one run of `seed` (see "
-                               "docs/guides/seed-batch.md for what it supports)")
+    seeds: list[int] = opt([], "train these seeds as one batched run in this process (one env of num_envs envs per "
+                               "seed; on a GPU the networks vmapped over the seeds), each into its own run directory "
+                               "RUN_DIR/seed_<s> and each its run alone (to the bit on a CPU, to float rounding on a "
+                               "GPU); empty = the one run of `seed` (see docs/guides/seed-batch.md)")
     run_dir: str = opt("", "run directory; empty = runs/<env>_<algo>_<actor>_s<seed>_<time>")
     total_env_steps: int = opt(100_000, "environment steps to train for (summed over envs)", min=1)
     num_envs: int = opt(128, "parallel environments E", min=1)
@@ -871,13 +871,16 @@ SEED_BATCH_ENVS = ("mpe:simple_spread",)
 
 def check_seed_batch(cfg: Config) -> None:
     """`seeds=`: distinct non-negative seeds, and a run of the kind the batched path trains (one MAPPO / IPPO learner
-    with feed-forward networks of shared weights, eager, on an env that splits its random draws per seed)."""
+    with feed-forward networks of shared weights (mlp, or a hypernetwork without history), eager, on an env that
+    splits its random draws per seed)."""
     if not cfg.seeds:
         return
     if any(s < 0 for s in cfg.seeds) or len(set(cfg.seeds)) != len(cfg.seeds):
         raise UserError(f"seeds: expected distinct seeds >= 0, got {cfg.seeds}")
     need = [("algo", cfg.algo in ("mappo", "ippo"), "mappo or ippo"),
-            ("actor", cfg.actor == "mlp", "mlp"),
+            ("actor", cfg.actor in ("mlp", "hyper"), "mlp or hyper"),
+            ("hyper.context", cfg.actor != "hyper" or "history" not in cfg.hyper.context,
+             "a feed-forward context (agent_id, obs)"),
             ("env", cfg.env in SEED_BATCH_ENVS, " or ".join(SEED_BATCH_ENVS)),
             ("model.share_params", cfg.model.share_params, "true"),
             ("critic.recurrent", cfg.critic.recurrent in ("auto", "off"), "auto or off"),

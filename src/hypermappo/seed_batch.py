@@ -2,19 +2,21 @@
 
 Why: a run of E = 1024 envs leaves most of a GPU idle (its time goes to launching small kernels), and researchers
 train every config for several seeds; JaxMARL trains ten at once with vmap. Here the seeds' envs are blocks of one
-env (`reset_blocks`: block b draws the starts an env seeded with seeds[b] alone draws), their actors and critics are
-called once for all seeds (torch.func.vmap over parameters stacked per seed), and one env step serves every seed.
+env (`reset_blocks`: block b draws the starts an env seeded with seeds[b] alone draws), one env step serves every
+seed, and on a GPU the seeds' actors and critics are called once for all seeds (torch.func.vmap over parameters
+stacked per seed), in collection and in every mini-batch step (`batch_mode`).
 
 What keeps each seed's run its own: a whole `Experiment` per seed (run directory, config.yaml, metrics, evaluations,
 checkpoints, summary.json), its own optimisers, value normaliser and mini-batch generator, and its own action noise
 (drawn from a generator that holds what the global generator of that seed's run alone holds). Each rollout is copied
 into the seed's own buffer, where its returns, mini-batches, diagnostics and statistics come from that run's code.
 
-Same run as alone: the same initial weights, env starts, action noise and mini-batches as `seed=s` alone; the
-actions and losses of a first update are equal to the bit (tested), the gradients to float rounding (a batched
-matrix product adds in another order), so over many updates the runs drift apart as a run on two machines does.
-Each seed's config.yaml is its run alone (`seed=s`, no `seeds`); `hypermappo resume RUN_DIR` continues a seed
-alone. What it batches: `config.check_seed_batch`.
+Same run as alone: the same initial weights, env starts, action noise and mini-batches as `seed=s` alone. With the
+networks called in turn (a CPU's default) each seed is its run alone to the bit, every metric, evaluation and
+checkpoint (tested); vmapped (a GPU's), the losses of a first mini-batch step are equal to the bit and the gradients
+to float rounding (a batched product adds in another order), so the runs drift apart over many updates as one
+config's run does on two machines. Each seed's config.yaml is its run alone (`seed=s`, no `seeds`, eager);
+`hypermappo resume RUN_DIR` continues a seed alone. What it batches: `config.check_seed_batch`.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class SeedBatch:
         self.cfg, self.quiet = cfg, quiet
         self.seeds = list(cfg.seeds)
         S, E = len(self.seeds), cfg.num_envs
+        self.batched, note = batch_mode(torch.device(cfg.device), cfg.actor)  # refused before any run is made
         self.exps: list[Experiment] = []
         self.cpu_rng, self.noise = [], []  # per seed: the global generators' states its run alone would hold
         try:
@@ -108,14 +111,14 @@ class SeedBatch:
             L = first.primary
             self.buffer = RolloutBuffer(cfg.rollout_length, S * E, self.spec.num_agents, self.spec.obs_dim,
                                         self.spec.state_dim, *_action_layout(first), 0,
-                                        first.buffer.dist_params.shape[-1], 0, 0, self.device)
+                                        first.buffer.dist_params.shape[-1], 0, 0, self.device,
+                                        store_prev_obs=L.store_prev_obs)
             self.death = L.death
             self.losses = [LossModules(e.algo) for e in self.exps]
-            self.batched, note = batch_mode(self.device)
             for exp in self.exps:
                 exp.summary_extra["seed_batch_networks"] = note
         except BaseException:
-            for exp in self.exps:  # a failed start holds no run directory
+            for exp in reversed(self.exps):  # a failed start holds no run directory (nor the parents it made)
                 exp.logger.close()
                 exp.run_lock.release()
                 exp.claim.undo()
@@ -143,6 +146,7 @@ class SeedBatch:
             exp.last = block_step(self.last, rows)
             exp.primary.start(exp.last.obs)
         self.reset_mask = torch.ones(self.env.num_envs, self.spec.num_agents, dtype=torch.bool, device=self.device)
+        self.prev_obs = torch.zeros_like(self.last.obs)  # the observation acted on at the step before (Learner's)
 
     def _noise(self, shape: tuple) -> torch.Tensor:
         """[S * E, ...] uniforms (`shape`: one seed's), block b from seed b's generator, as its run alone draws
@@ -165,7 +169,9 @@ class SeedBatch:
             u = self._noise((cfg.num_envs, self.spec.num_agents, A))  # [S * E, N, A]
             actions, logp, params, values = forward(s, u)
             self.buffer.insert(t, obs=s.obs, state=s.state, available=None, active=s.active, reset=self.reset_mask,
-                               actions=actions, logp=logp, values=values, dist_params=params)
+                               actions=actions, logp=logp, values=values, dist_params=params,
+                               prev_obs=self.prev_obs if self.buffer.prev_obs is not None else None)
+            self.prev_obs = s.obs
             nxt = self.env.step(actions)
             quantities = (("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state))
             if watch is not None:
@@ -203,7 +209,7 @@ class SeedBatch:
                     mine.copy_(stacked[:, rows])
             exp.last = block_step(s, rows)
             L = exp.primary
-            L.reset_mask, L.prev_obs = self.reset_mask[rows].clone(), s.obs[rows].clone()
+            L.reset_mask, L.prev_obs = self.reset_mask[rows].clone(), self.prev_obs[rows].clone()
             last_values, _ = L.critic(exp.last.obs, exp.last.state, None, L.reset_mask, active=exp.last.active)
             L.algo.compute_returns(L.buffer, last_values)
 
@@ -422,19 +428,24 @@ class SeedBatch:
 BATCH_VAR = "HYPERMAPPO_SEED_BATCH"
 
 
-def batch_mode(device) -> tuple[bool, str]:
+def batch_mode(device, actor: str = "mlp") -> tuple[bool, str]:
     """(batched, the summary's words): the seeds' actors and critics called once for all seeds (vmapped over their
     stacked parameters, in collection and in the update's mini-batch steps), or each seed's in turn.
 
     auto: in turn on a CPU, where each seed is then its run alone to the bit (its update is the run alone's code, C
-    kernels and micro-batches included; the env is batched either way) and no slower: 2-core AMD EPYC, MPE
-    simple_spread at the paper's settings, E = 256, 4 seeds, the vmapped update took 3.6 s where four updates in turn
-    took 2.3 s (benchmarks/results/seed_batch_cpu.md); batched on a GPU, where one call for S seeds saves S - 1 calls'
-    kernel launches, and runs equal their runs alone up to float rounding (a batched product adds in another order)."""
+    kernels and micro-batches included; the env is batched either way) and faster: 2-core AMD EPYC, MPE simple_spread
+    at the paper's settings, 4 seeds, in turn 1.13x and 1.08x one seed alone's env-steps/s at E = 64 and 256 per seed,
+    vmapped 0.95x and 0.68x (benchmarks/results/seed_batch_cpu.md); batched on a GPU, where one call for S seeds
+    saves S - 1 calls' kernel launches, and runs equal their runs alone up to float rounding (a batched product adds
+    in another order). Vmapped networks are the mlp actor's (the hypernetwork's C kernels and attention have no
+    batching rules): other actors are called in turn."""
     flag = os.environ.get(BATCH_VAR, "auto")
     if flag not in ("auto", "batched", "each"):
         raise UserError(f"{BATCH_VAR}={flag!r}: expected auto, batched or each")
-    batched = flag == "batched" or (flag == "auto" and device.type != "cpu")
+    if flag == "batched" and actor != "mlp":
+        raise UserError(f"{BATCH_VAR}=batched: the vmapped path calls the mlp actor, got actor={actor!r} "
+                        f"(auto or each calls it in turn)")
+    batched = flag == "batched" or (flag == "auto" and device.type != "cpu" and actor == "mlp")
     how = "batched: one vmapped actor and critic call for every seed" if batched else \
         "each seed's actor, critic and update in turn (each seed its run alone to the bit)"
     return batched, f"{how} ({BATCH_VAR}={flag}, device {device.type})"

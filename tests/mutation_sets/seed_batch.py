@@ -6,6 +6,7 @@ B = "tests/test_seed_batch.py::test_batched_networks_train_each_seed_as_alone_up
 ENV = "tests/test_seed_batch.py::test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws"
 SB = "src/hypermappo/seed_batch.py"
 MPE = "src/hypermappo/envs/mpe_torch.py"
+CKPT = "tests/test_seed_batch.py::test_a_batched_seed_checkpoints_what_its_run_alone_holds_and_resumes_alone"
 KERNEL = "tests/test_seed_batch.py::test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel"
 
 
@@ -39,6 +40,14 @@ def mutations(M):
           "out = exp.actor(obs, None, None, reset, active=active)",
           "out = self.exps[0].actor(obs, None, None, reset, active=active)",
           (T,), "every seed's actions come from the first seed's actor"),
+        M("seed_prev_obs_not_stored", SB,
+          "prev_obs=self.prev_obs if self.buffer.prev_obs is not None else None)",
+          "prev_obs=None)",
+          (T,), "Hyper-MAPPO's smoothness term reads zeros for every seed's previous observation"),
+        M("seed_prev_obs_is_the_next_obs", SB,
+          "self.reset_mask[rows].clone(), self.prev_obs[rows].clone()",
+          "self.reset_mask[rows].clone(), s.obs[rows].clone()",
+          (CKPT,), "a seed's checkpoint holds the next observation as the one acted on last"),
         M("seed_batch_takes_the_kernel", "src/hypermappo/kernels/act_norm.py",
           " and not torch._C._functorch.is_batchedtensor(z))", ")",
           (KERNEL,), "the vmapped networks call the LayerNorm kernel, which has no batching rule"),
