@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 import torch
@@ -160,3 +161,27 @@ def test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel(tmp
     assert a["episode_return_mean"] == b["episode_return_mean"]
     for k in ("policy_loss", "value_loss", "grad_norm_actor"):
         assert float(b[k]) == pytest.approx(float(a[k]), rel=1e-4, abs=1e-6), k
+
+
+def test_a_non_finite_reward_stops_every_seed_and_fails_the_seed_it_came_from(tmp_path, monkeypatch):
+    from hypermappo.errors import NonFiniteError
+
+    cfg = build_config(overrides=KEYS + ["seeds=[0,1]", f"run_dir={tmp_path / 'b'}", "checkpoint_interval=1"])
+    batch = SeedBatch(cfg, quiet=True)
+    step, calls = type(batch.env).step, []
+
+    def poisoned(env, actions):  # update 2, step 4: a NaN reward in seed 1's third env
+        out = step(env, actions)
+        calls.append(1)
+        if len(calls) == 14:
+            out.reward[8 + 2, 1] = float("nan")
+        return out
+
+    monkeypatch.setattr(type(batch.env), "step", poisoned)
+    with pytest.raises(NonFiniteError, match=r"^seed 1: non-finite reward \(nan\) .* env 2, agent slot 1 .*"
+                                             r"every seed stopped with its last checkpoint kept"):
+        batch.run()
+    failed = json.loads((tmp_path / "b" / "seed_1" / "summary.json").read_text())
+    assert failed["status"].startswith("failed: non-finite reward")
+    assert not (tmp_path / "b" / "seed_0" / "summary.json").exists()  # stopped, resumable, not failed
+    assert sorted(p.name for p in (tmp_path / "b" / "seed_0" / "checkpoints").glob("*.pt")) == ["ckpt_0000001.pt"]

@@ -38,7 +38,7 @@ from hypermappo.algos.death import bootstrap_mask, transition_targets
 from hypermappo.algos.mappo import nonfinite_step
 from hypermappo.envs.registry import make_env
 from hypermappo.envs.vec import EnvStep
-from hypermappo.errors import NonFiniteError, RunInterrupted, UserError
+from hypermappo.errors import NonFiniteError, RunFailed, RunInterrupted, UserError
 from hypermappo.experiment import Experiment, default_run_dir
 from hypermappo.runtime import progress, sync_free
 from hypermappo.runtime.nonfinite_watch import NonFiniteWatch
@@ -86,6 +86,7 @@ class SeedBatch:
             raise UserError("seeds: expected a list of seeds, e.g. seeds=[0,1,2]")
         self.cfg, self.quiet = cfg, quiet
         self.seeds = list(cfg.seeds)
+        self.failed: int | None = None  # the block of the seed a fault came from
         S, E = len(self.seeds), cfg.num_envs
         self.batched, note = batch_mode(torch.device(cfg.device), cfg.actor)  # refused before any run is made
         self.exps: list[Experiment] = []
@@ -172,7 +173,7 @@ class SeedBatch:
                                actions=actions, logp=logp, values=values, dist_params=params,
                                prev_obs=self.prev_obs if self.buffer.prev_obs is not None else None)
             self.prev_obs = s.obs
-            nxt = self.env.step(actions)
+            nxt = first._env_call(lambda a=actions: self.env.step(a), t)  # the env's failures in one line, as alone
             quantities = (("reward", nxt.reward), ("observation", nxt.obs), ("state", nxt.state))
             if watch is not None:
                 watch.watch(t, quantities)
@@ -266,6 +267,7 @@ class SeedBatch:
 
     def _raise_nonfinite(self, quantity: str, index: list[int], value: float, count: int, t: int):
         b, E = index[0] // self.cfg.num_envs, self.cfg.num_envs
+        self.failed = b
         exp = self.exps[b]
         raise exp._nonfinite(quantity, [index[0] - b * E, *index[1:]], value, count, t)
 
@@ -277,12 +279,13 @@ class SeedBatch:
         if self.batched:
             return self._update_batched()
         out = []
-        for exp in self.exps:
+        for b, exp in enumerate(self.exps):
             try:
                 out.append(exp.algo.update(exp.buffer, exp.batch_generator))
-            except NonFiniteError as e:
+            except NonFiniteError as e:  # worded as the run alone words it
+                self.failed = b
                 raise NonFiniteError(f"{e} of update {exp.update + 1} (env step {exp.env_steps:,}) on env "
-                                     f"{self.cfg.env!r} (seed {exp.cfg.seed})") from None
+                                     f"{self.cfg.env!r}") from None
         return out
 
     def _update_batched(self) -> list[dict]:
@@ -316,9 +319,11 @@ class SeedBatch:
                     checked.append(torch.stack([actor_loss[b].detach(), value_loss[b].detach(), *norms[b]]))
                 finite = torch.isfinite(torch.stack(checked)).all(1)
                 if not bool(finite.all()):  # one read for every seed
-                    b = int((~finite).nonzero()[0, 0])
+                    b = self.failed = int((~finite).nonzero()[0, 0])
+                    exp = self.exps[b]
                     raise NonFiniteError(f"{nonfinite_step({k: v[b] for k, v in step_stats.items()}, epoch, minibatch)}"
-                                         f" (seed {self.seeds[b]})")
+                                         f" of update {exp.update + 1} (env step {exp.env_steps:,}) on env "
+                                         f"{self.cfg.env!r}")
                 for b, algo in enumerate(algos):
                     algo._step()
                     mine = {**{k: v[b] for k, v in step_stats.items()},
@@ -347,7 +352,29 @@ class SeedBatch:
         stop = self.exps[0].stop
         with stop.installed(lambda signum: RunInterrupted(f"aborted by a second {signal.Signals(signum).name}; "
                                                           f"each seed's last checkpoint is unchanged", 128 + signum)):
-            return self._run(stop)
+            try:
+                return self._run(stop)
+            except RunFailed as e:
+                raise self._stopped(e) from e
+
+    def _stopped(self, error: RunFailed) -> RunFailed:
+        """A fault stops every seed: the seed it came from records it as its run alone would (a non-finite value:
+        status failed in its summary.json); every seed's run is closed with its last checkpoint kept."""
+        for b, exp in enumerate(self.exps):
+            if b == self.failed:
+                exp._stopped(error)
+                continue
+            for close in (exp.logger.close, exp.env.close):
+                try:
+                    close()
+                except Exception:  # noqa: BLE001 - already failing; report the first fault, not this one
+                    pass
+        self.env.close()
+        where = f"seed {self.seeds[self.failed]}: " if self.failed is not None else ""
+        kept = ", ".join(f"{e.run_dir} ({e.last_checkpoint.name if e.last_checkpoint else 'no checkpoint'})"
+                         for e in self.exps)
+        return type(error)(f"{where}{error}; every seed stopped with its last checkpoint kept: {kept}; `hypermappo "
+                           f"resume RUN_DIR` continues a seed alone")
 
     def _run(self, stop) -> list[dict]:
         cfg = self.cfg

@@ -7,6 +7,7 @@ ENV = "tests/test_seed_batch.py::test_seed_blocks_of_one_env_draw_what_each_seed
 SB = "src/hypermappo/seed_batch.py"
 MPE = "src/hypermappo/envs/mpe_torch.py"
 CKPT = "tests/test_seed_batch.py::test_a_batched_seed_checkpoints_what_its_run_alone_holds_and_resumes_alone"
+FAULT = "tests/test_seed_batch.py::test_a_non_finite_reward_stops_every_seed_and_fails_the_seed_it_came_from"
 KERNEL = "tests/test_seed_batch.py::test_a_batched_run_trains_where_the_run_alone_takes_the_layernorm_kernel"
 
 
@@ -48,6 +49,10 @@ def mutations(M):
           "self.reset_mask[rows].clone(), self.prev_obs[rows].clone()",
           "self.reset_mask[rows].clone(), s.obs[rows].clone()",
           (CKPT,), "a seed's checkpoint holds the next observation as the one acted on last"),
+        M("seed_fault_blamed_on_the_first_seed", SB,
+          "            if b == self.failed:",
+          "            if b == 0:",
+          (FAULT,), "a non-finite value of seed 1's envs fails seed 0's run"),
         M("seed_batch_takes_the_kernel", "src/hypermappo/kernels/act_norm.py",
           " and not torch._C._functorch.is_batchedtensor(z))", ")",
           (KERNEL,), "the vmapped networks call the LayerNorm kernel, which has no batching rule"),
