@@ -24,20 +24,43 @@ def rows(path):
     return list(csv.DictReader(open(path / "metrics.csv")))
 
 
-def test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws():
-    both = SimpleSpreadVecEnv(8)
+def spread(e):
+    return SimpleSpreadVecEnv(e)
+
+
+def staghunt(e):
+    from hypermappo.envs.staghunt import StagHuntVecEnv
+
+    return StagHuntVecEnv(e, observation="partial", view_radius=4, payoff="snowdrift", env_offset=3)
+
+
+def coingame(e):
+    from hypermappo.envs.coingame import CoinGameVecEnv
+
+    return CoinGameVecEnv(e)
+
+
+@pytest.mark.parametrize("make", [spread, staghunt, coingame])
+def test_seed_blocks_of_one_env_draw_what_each_seed_alone_draws(make):
+    both = make(8)
     first = both.reset_blocks([3, 7])
-    alone = [SimpleSpreadVecEnv(4), SimpleSpreadVecEnv(4)]
+    alone = [make(4), make(4)]
     starts = [env.reset(seed=s) for env, s in zip(alone, (3, 7))]
     assert torch.equal(first.obs, torch.cat([s.obs for s in starts]))
-    actions = torch.randint(0, 5, (8, 3), generator=torch.Generator().manual_seed(0))
-    for _ in range(30):  # past the time limit (25): the auto-reset's new starts, block by block
-        joint = both.step(actions)
-        parts = [env.step(a) for env, a in zip(alone, actions.split(4))]
+    n = first.obs.shape[1]
+    actions = torch.randint(0, 5 if make is not coingame else 4, (60, 8, n), generator=torch.Generator().manual_seed(0))
+    for a in actions:  # past the time limits: the auto-resets' new starts (and captures' respawns), block by block
+        joint = both.step(a)
+        parts = [env.step(x) for env, x in zip(alone, a.split(4))]
         assert torch.equal(joint.obs, torch.cat([p.obs for p in parts]))
-    state = both.block_state(1)
-    assert torch.equal(state["rng"], alone[1].generator.get_state())
-    assert torch.equal(state["agent_pos"], alone[1].get_state()["agent_pos"])
+        assert torch.equal(joint.reward, torch.cat([p.reward for p in parts]))
+    state, own = both.block_state(1), alone[1].get_state()
+    assert state.keys() == own.keys()
+    for k, v in own.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(state[k], v), k
+        elif isinstance(v, dict):
+            assert all(torch.equal(state[k][n], x) for n, x in v.items()), k
 
 
 def test_a_categorical_sample_from_the_uniforms_it_would_draw_is_its_sample():
@@ -55,7 +78,7 @@ TIMES = {"train_sps", "seed_batch_sps", "collect_s", "update_s", "diagnostics_s"
 def alone_and_batched(tmp_path, seeds, extra=()):
     """Each seed trained alone, and all of them as one batched run -> [(alone's rows, batched rows, alone's
     summary, batched summary, the batched run directory)] per seed."""
-    keys = KEYS + list(extra)
+    keys = [k for k in KEYS if k.split("=")[0] not in {x.split("=")[0] for x in extra}] + list(extra)
     cfg = build_config(overrides=keys + [f"seeds={list(seeds)}".replace(" ", ""), f"run_dir={tmp_path / 'batch'}"])
     summaries = SeedBatch(cfg, quiet=True).run()
     out = []
@@ -70,7 +93,8 @@ def alone_and_batched(tmp_path, seeds, extra=()):
 # the mlp actor, and Hyper-MAPPO with an observation context, its smoothness term (the previous observation) and a
 # target hypernetwork
 @pytest.mark.parametrize("extra", [(), ("actor=hyper", "hyper.context=[agent_id,obs]", "hyper.alpha=0.1",
-                                        "hyper.target=polyak")], ids=["mlp", "hyper"])
+                                        "hyper.target=polyak"), ("env=staghunt",), ("env=coingame",)],
+                         ids=["mlp", "hyper", "staghunt", "coingame"])
 def test_on_a_cpu_each_seed_of_a_batched_run_is_its_run_alone_to_the_bit(tmp_path, extra):
     for seed, (a, b, alone, summary, mine) in zip((0, 5), alone_and_batched(tmp_path, (0, 5), extra)):
         assert len(a) == len(b) == 3
@@ -121,7 +145,7 @@ def test_a_batched_seed_checkpoints_what_its_run_alone_holds_and_resumes_alone(t
     assert resume(mine, quiet=True)["env_steps"] == 240  # continued alone
 
 
-@pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=rnn", "actor"), ("env=staghunt", "env"),
+@pytest.mark.parametrize("key, bad", [("algo=maddpg", "algo"), ("actor=rnn", "actor"), ("env=smax:3m", "env"),
                                       ("seeds=[1,1]", "seeds")])
 def test_a_run_the_batched_path_does_not_train_is_refused_naming_the_key(key, bad):
     with pytest.raises(UserError, match=rf"^{bad}|seeds: .*{bad}"):

@@ -866,7 +866,7 @@ def validate(cfg: Config) -> None:
 
 
 # what `seeds=` batches (seed_batch.py): envs whose random draws it can split into one stream per seed
-SEED_BATCH_ENVS = ("mpe:simple_spread",)
+SEED_BATCH_ENVS = ("mpe:simple_spread", "staghunt", "coingame")
 
 
 def check_seed_batch(cfg: Config) -> None:

@@ -2,7 +2,7 @@
 
 Why: a run of E = 1024 envs leaves most of a GPU idle (its time goes to launching small kernels), and researchers
 train every config for several seeds; JaxMARL trains ten at once with vmap. Here the seeds' envs are blocks of one
-env (`reset_blocks`: block b draws the starts an env seeded with seeds[b] alone draws), one env step serves every
+env (`reset_blocks`: block b draws what an env seeded with seeds[b] alone draws), one env step serves every
 seed, and on a GPU the seeds' actors and critics are called once for all seeds (torch.func.vmap over parameters
 stacked per seed), in collection and in every mini-batch step (`batch_mode`).
 

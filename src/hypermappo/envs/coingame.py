@@ -41,7 +41,7 @@ import torch
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.staghunt import _GOLDEN32, _MASK32, _MOVES, _check_float, _check_int, _hash32
 from hypermappo.envs.symmetry import COLS_FLIPPED, ROWS_FLIPPED, Symmetry, flip_planes
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, StreamSeedBlocks, TensorState, VecEnv
 from hypermappo.errors import UserError
 
 GOAL_NAMES = ("own_coin", "other_coin")
@@ -67,7 +67,7 @@ def coin_reflections(size: int) -> list[Symmetry]:
             Symmetry("flip_cols", partial(planes, dim=-1), COLS_FLIPPED)]
 
 
-class CoinGameVecEnv(TensorState, VecEnv):
+class CoinGameVecEnv(StreamSeedBlocks, TensorState, VecEnv):
     """E coin games stepped together with tensor ops (rules in the module docstring)."""
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 3, n_coins: int = 1,
@@ -115,11 +115,14 @@ class CoinGameVecEnv(TensorState, VecEnv):
 
     # ---------------------------------------------------------------- randomness (as in the stag hunt)
     def _seed_streams(self, seed: int) -> None:
-        seed_mix = _hash32(_hash32(seed & _MASK32) ^ ((seed >> 32) & _MASK32))
-        global_index = torch.arange(self.num_envs, dtype=torch.long, device=self.device) + self.env_offset
-        self.rng_key = _hash32(seed_mix + _hash32(global_index ^ 0x165667B1))
+        self.rng_key = self._stream_keys(seed, torch.arange(self.num_envs, device=self.device) + self.env_offset)
         self.rng_counter.zero_()
         self._seeded = True
+
+    def _stream_keys(self, seed: int, global_index: torch.Tensor) -> torch.Tensor:
+        """The stream keys [k] of the envs numbered `global_index` [k] under `seed`."""
+        seed_mix = _hash32(_hash32(seed & _MASK32) ^ ((seed >> 32) & _MASK32))
+        return _hash32(seed_mix + _hash32(global_index.long() ^ 0x165667B1))
 
     def _draw(self, take: torch.Tensor) -> torch.Tensor:
         """[E, cells + coins] random ints; only envs in `take` [E] advance their stream."""

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, VecEnv, seed_block_size
 from hypermappo.errors import UserError
 
 SCENARIOS = ["simple_spread"]
@@ -216,8 +216,7 @@ class SimpleSpreadVecEnv(VecEnv):
     def reset_blocks(self, seeds: list[int]) -> EnvStep:
         """`reset` of len(seeds) equal blocks of envs, block b seeded with seeds[b]: each block's episodes are those
         of an env of num_envs / len(seeds) envs reset with that seed (seed_batch.py: several seeds in one env)."""
-        if self.num_envs % len(seeds):
-            raise UserError(f"simple_spread: {self.num_envs} envs do not split into {len(seeds)} equal seed blocks")
+        seed_block_size(self, seeds)
         self.blocks = [torch.Generator(device=self.device).manual_seed(int(seed)) for seed in seeds]
         return self.reset()
 

@@ -68,7 +68,7 @@ import torch.nn.functional as F
 
 from hypermappo.envs.parallel_view import BatchedParallelEnv
 from hypermappo.envs.symmetry import COLS_FLIPPED, ROWS_FLIPPED, Symmetry, flip_planes, reflect_coordinates
-from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, TensorState, VecEnv
+from hypermappo.envs.vec import EnvSpec, EnvStep, EpisodeTracker, StreamSeedBlocks, TensorState, VecEnv
 from hypermappo.errors import UserError
 
 _MASK32 = 0xFFFFFFFF
@@ -187,7 +187,7 @@ def _check_bool(name: str, value) -> bool:
     return value
 
 
-class StagHuntVecEnv(TensorState, VecEnv):
+class StagHuntVecEnv(StreamSeedBlocks, TensorState, VecEnv):
     """E stag-hunt gridworlds stepped together with tensor ops (rules in the module docstring)."""
 
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", *, grid_size: int = 5, n_hunters: int = 2,
@@ -296,11 +296,14 @@ class StagHuntVecEnv(TensorState, VecEnv):
     # ---------------------------------------------------------------- randomness
     def _seed_streams(self, seed: int) -> None:
         """Key env e's stream by (seed, env_offset + e); different seeds give unrelated streams."""
-        seed_mix = _hash32(_hash32(seed & _MASK32) ^ ((seed >> 32) & _MASK32))
-        global_index = torch.arange(self.num_envs, dtype=torch.long, device=self.device) + self.env_offset
-        self.rng_key = _hash32(seed_mix + _hash32(global_index ^ 0x27D4EB2F))
+        self.rng_key = self._stream_keys(seed, torch.arange(self.num_envs, device=self.device) + self.env_offset)
         self.rng_counter.zero_()
         self._seeded = True
+
+    def _stream_keys(self, seed: int, global_index: torch.Tensor) -> torch.Tensor:
+        """The stream keys [k] of the envs numbered `global_index` [k] under `seed`."""
+        seed_mix = _hash32(_hash32(seed & _MASK32) ^ ((seed >> 32) & _MASK32))
+        return _hash32(seed_mix + _hash32(global_index.long() ^ 0x27D4EB2F))
 
     def _draw(self, k: int, take: torch.Tensor) -> torch.Tensor:
         """[E, k] random ints in [0, 2^32) from each env's stream; only envs where `take` [E] is

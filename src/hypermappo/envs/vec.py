@@ -218,6 +218,38 @@ def load_tensor_state(env, keys: tuple[str, ...], state: dict, env_name: str) ->
     env._seeded = bool(state.get("seeded", True))
 
 
+def seed_block_size(env, seeds: list[int]) -> int:
+    """The envs per seed block of `env` split into len(seeds) blocks (a one-line UserError where they do not split)."""
+    if not seeds or env.num_envs % len(seeds):
+        raise UserError(f"{type(env).__name__}: {env.num_envs} envs do not split into {len(seeds)} equal seed blocks")
+    return env.num_envs // len(seeds)
+
+
+class StreamSeedBlocks:
+    """Seed blocks (seed_batch.py: several seeds' envs in one env) of a batched env whose envs each draw from their own
+    counter-based stream, keyed by `_stream_keys(seed, index)`: block b's envs are keyed as the envs of an env of the
+    block's size reset with seeds[b] alone, so they draw what those draw. Mixed in before TensorState."""
+
+    blocks: list[int] | None = None
+
+    def reset_blocks(self, seeds: list[int]) -> EnvStep:
+        size = seed_block_size(self, seeds)
+        index = torch.arange(size, device=self.device) + self.env_offset
+        self.rng_key = torch.cat([self._stream_keys(int(seed), index) for seed in seeds])
+        self.rng_counter.zero_()
+        self._seeded = True
+        self.blocks = list(seeds)
+        return self.reset()  # no seed: the streams as keyed here
+
+    def block_state(self, block: int) -> dict:
+        """`get_state` of seed block `block` as the state of an env of that block's envs alone."""
+        size = self.num_envs // len(self.blocks)
+        rows = slice(block * size, (block + 1) * size)
+        state = self.get_state()
+        return {k: ({n: x[rows] for n, x in v.items()} if k == "tracker" else v[rows] if isinstance(v, torch.Tensor)
+                    else v) for k, v in state.items()}
+
+
 class TensorState:
     """get_state / set_state / observe of a batched env whose exact state is the tensors named `_STATE_KEYS` plus its
     EpisodeTracker (`save_tensor_state`); the env gives `_observe()` -> (obs, state). Mixed in before VecEnv."""
