@@ -127,11 +127,10 @@ class SeedBatch:
 
     # ------------------------------------------------------------------ stacked parameters
 
-    def _stacked(self, modules: list[nn.Module], grad: bool):
+    def _stacked(self, modules: list[nn.Module]):
+        """The modules' parameters (detached: collection takes no gradient) and buffers, stacked per seed."""
         params, buffers = stack_module_state(modules)
-        if not grad:
-            params = {k: v.detach() for k, v in params.items()}
-        return params, buffers
+        return {k: v.detach() for k, v in params.items()}, buffers
 
     def _call(self, module: nn.Module):
         """fn(params, buffers, *args) -> module's forward with one seed's parameters (vmapped over seeds)."""
@@ -218,8 +217,8 @@ class SeedBatch:
         """(forward(step, noise) -> actions, log-probs, policy parameters, values; final_values(step) -> values) for
         every seed at once: actor and critic vmapped over the seeds' stacked parameters."""
         S, E = len(self.seeds), self.cfg.num_envs
-        pa, ba = self._stacked([e.actor for e in self.exps], grad=False)
-        pc, bc = self._stacked([e.critic for e in self.exps], grad=False)
+        pa, ba = self._stacked([e.actor for e in self.exps])
+        pc, bc = self._stacked([e.critic for e in self.exps])
         act_fn, value_fn = self._call(self.exps[0].actor), self._call(self.exps[0].critic)
 
         def act(pa, ba, pc, bc, obs, state, reset, active, u):  # Learner.policy_forward, one seed

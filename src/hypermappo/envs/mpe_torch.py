@@ -311,12 +311,13 @@ class SimpleSpreadVecEnv(VecEnv):
     def block_state(self, block: int) -> dict:
         """`get_state` of seed block `block` (`reset_blocks`) as the state of an env of that block's envs alone."""
         size = self.num_envs // len(self.blocks)
-        rows = slice(block * size, (block + 1) * size)
-        state = self.get_state()
-        return {"agent_pos": state["agent_pos"][rows], "agent_vel": state["agent_vel"][rows],
-                "landmark_pos": state["landmark_pos"][rows], "t": state["t"][rows],
-                "rng": self.blocks[block].get_state(),
-                "tracker": {k: v[rows] for k, v in state["tracker"].items()}}
+        rows = slice(block * size, (block + 1) * size)  # only the block's rows are copied (it is taken every update)
+
+        def copy(view):
+            return view[rows].clone(memory_format=torch.contiguous_format)
+        return {"agent_pos": copy(self.agent_pos), "agent_vel": copy(self.agent_vel),
+                "landmark_pos": copy(self.landmark_pos), "t": copy(self.t), "rng": self.blocks[block].get_state(),
+                "tracker": {"returns": self.tracker.returns[rows].clone(), "lengths": self.tracker.lengths[rows].clone()}}
 
     def set_state(self, state: dict) -> None:
         self.agent_pos.copy_(state["agent_pos"])

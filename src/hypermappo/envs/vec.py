@@ -244,10 +244,11 @@ class StreamSeedBlocks:
     def block_state(self, block: int) -> dict:
         """`get_state` of seed block `block` as the state of an env of that block's envs alone."""
         size = self.num_envs // len(self.blocks)
-        rows = slice(block * size, (block + 1) * size)
-        state = self.get_state()
-        return {k: ({n: x[rows] for n, x in v.items()} if k == "tracker" else v[rows] if isinstance(v, torch.Tensor)
-                    else v) for k, v in state.items()}
+        rows = slice(block * size, (block + 1) * size)  # only the block's rows are copied (it is taken every update)
+        state = {k: getattr(self, k)[rows].clone() for k in self._STATE_KEYS}
+        state["tracker"] = {n: x[rows].clone() for n, x in self.tracker.state_dict().items()}
+        state["seeded"] = self._seeded
+        return state
 
 
 class TensorState:
